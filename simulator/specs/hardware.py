@@ -1,0 +1,117 @@
+"""Hardware profiles (one accelerator, SI units, a source for every number) and cost models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from simulator.specs.frozen import Frozen
+from simulator.specs.precision import ComputeDtype
+
+LinkKind = Literal["nvlink", "xgmi", "pcie", "nvlink_c2c", "ethernet", "infiniband"]
+
+
+class PeakFlops(Frozen):
+    """Dense (no sparsity) peak FLOP/s per compute dtype; None where the chip lacks the format."""
+
+    bf16: PositiveFloat
+    fp8: PositiveFloat | None = None
+    fp4: PositiveFloat | None = None
+
+    def for_dtype(self, dtype: ComputeDtype) -> float:
+        """Peak for ``dtype``, falling back to the next wider format the chip has."""
+        order: list[ComputeDtype] = ["fp4", "fp8", "bf16"]
+        for d in order[order.index(dtype) :]:
+            value: float | None = getattr(self, d)
+            if value is not None:
+                return value
+        return self.bf16
+
+
+class Link(Frozen):
+    kind: LinkKind
+    bw_bytes_per_s: PositiveFloat  # per GPU, per direction
+    latency_s: float = Field(ge=0)
+
+
+class ScaleUpLink(Link):
+    domain_size: PositiveInt  # GPUs reachable over this link (8 in an HGX box, 72 in NVL72)
+
+
+class RooflinePriors(Frozen):
+    """Named efficiencies and fixed costs of the roofline prior (used until calibrated).
+
+    Latency of an op = max(flops / (peak * compute_eff), bytes / (bw * memory_efficiency))
+    + kernel_launch_s. Each value is an assumption or a measurement; `sources.roofline` says which.
+    """
+
+    gemm_compute_efficiency: float = Field(gt=0, le=1)
+    attention_compute_efficiency: float = Field(gt=0, le=1)
+    memory_efficiency: float = Field(gt=0, le=1)
+    kernel_launch_s: float = Field(ge=0)
+    cpu_step_overhead_s: float = Field(ge=0)  # scheduler + input prep per engine step
+
+
+class HardwareProfile(Frozen):
+    name: str = Field(min_length=1)  # short id, equals the folder name
+    display_name: str
+    vendor: Literal["nvidia", "amd", "intel"]
+    form_factor: str
+    status: Literal["shipping", "announced"] = "shipping"
+    calibrated: bool = False  # true once latency_models.json comes from measurements on it
+    peak_flops_per_s: PeakFlops
+    memory_bytes: PositiveFloat  # nominal (datasheet) device memory
+    usable_memory_bytes: PositiveFloat  # what the runtime reports as total (vLLM's base)
+    memory_bw_bytes_per_s: PositiveFloat
+    scale_up: ScaleUpLink | None  # None: PCIe card without a GPU-to-GPU fabric
+    host_link: Link
+    host_dram_bytes_per_gpu: PositiveFloat
+    power_w: PositiveFloat
+    roofline: RooflinePriors
+    sources: dict[str, str]  # field name -> where its number comes from
+
+    @model_validator(mode="after")
+    def _every_number_sourced(self) -> HardwareProfile:
+        numeric = [
+            "peak_flops_per_s",
+            "memory_bytes",
+            "usable_memory_bytes",
+            "memory_bw_bytes_per_s",
+            "scale_up",
+            "host_link",
+            "host_dram_bytes_per_gpu",
+            "power_w",
+            "roofline",
+        ]
+        missing = [f for f in numeric if getattr(self, f) is not None and not self.sources.get(f)]
+        if missing:
+            raise ValueError(f"sources lacks an entry for {missing}")
+        unknown = sorted(set(self.sources) - set(numeric))
+        if unknown:
+            raise ValueError(f"sources names unknown fields {unknown}")
+        if self.usable_memory_bytes > self.memory_bytes * 1.08:
+            raise ValueError("usable_memory_bytes exceeds memory_bytes (GiB/GB mix-up?)")
+        return self
+
+
+class CostModel(Frozen):
+    """A named price list: USD per GPU-hour by device (kept as data, never as constants)."""
+
+    name: str = Field(min_length=1)
+    description: str
+    source: str
+    usd_per_gpu_hour: dict[str, PositiveFloat]
+    all_in_power_kw_per_gpu: dict[str, PositiveFloat] = Field(default_factory=dict)
+
+    def price(self, device: str) -> float:
+        if device not in self.usd_per_gpu_hour:
+            raise KeyError(
+                f"cost model {self.name!r} has no price for {device!r}"
+                f" (it prices {sorted(self.usd_per_gpu_hour)})"
+            )
+        return self.usd_per_gpu_hour[device]
+
+
+class CostModelCatalog(Frozen):
+    cost_models: list[CostModel]

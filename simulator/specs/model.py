@@ -1,0 +1,255 @@
+"""Model cards: the architecture facts the planner needs, each traceable to a config.json.
+
+Layer lists are 1-based, as in the Hugging Face configs they come from
+(``linear_attn_config.full_attn_layers`` etc.). ``ModelCard.layer_kinds`` gives the
+0-based per-layer view the code uses.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from simulator.specs.frozen import Frozen
+from simulator.specs.precision import StateDtype, WeightPrecision
+
+# Token mixer of a layer.
+#   mla          multi-head latent attention (DeepSeek/Kimi), full context
+#   gqa          grouped-query softmax attention, full context
+#   swa          grouped-query softmax attention over a sliding window
+#   sparse_gqa   grouped-query attention reading top-k blocks chosen by an indexer (MiniMax-M3)
+#   kda          Kimi Delta Attention (linear, recurrent state)
+#   gdn          gated DeltaNet (linear, recurrent state; Qwen3-Next / Qwen3.5)
+LayerKind = Literal["mla", "gqa", "swa", "sparse_gqa", "kda", "gdn"]
+FULL_ATTENTION_KINDS: frozenset[str] = frozenset({"mla", "gqa", "sparse_gqa"})
+LINEAR_KINDS: frozenset[str] = frozenset({"kda", "gdn"})
+
+# Groups of weights that may carry different precisions (and shard differently under TP/EP).
+ModuleGroup = Literal[
+    "embedding",
+    "lm_head",
+    "attention",
+    "linear_attention",
+    "dense_mlp",
+    "router",
+    "shared_experts",
+    "routed_experts",
+    "moe_latent",
+    "mtp",
+]
+MODULE_GROUPS: tuple[ModuleGroup, ...] = (
+    "embedding",
+    "lm_head",
+    "attention",
+    "linear_attention",
+    "dense_mlp",
+    "router",
+    "shared_experts",
+    "routed_experts",
+    "moe_latent",
+    "mtp",
+)
+
+
+class MLAConfig(Frozen):
+    """Multi-head latent attention. KV cache holds kv_lora_rank + qk_rope_head_dim per token."""
+
+    num_heads: PositiveInt
+    q_lora_rank: PositiveInt | None
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: int = Field(ge=0)
+    v_head_dim: PositiveInt
+    output_gate: bool = False  # Kimi K3 mla_use_output_gate: sigmoid(W x) gates the heads
+
+
+class GQAConfig(Frozen):
+    """Softmax attention with grouped KV heads (full, sliding-window or block-sparse layers)."""
+
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    output_gate: bool = False  # Qwen3.5 attn_output_gate
+    sliding_window_tokens: PositiveInt | None = None  # for `swa` layers
+    # block-sparse attention (`sparse_gqa` layers): an indexer picks top-k blocks per query
+    sparse_block_tokens: PositiveInt | None = None
+    sparse_topk_blocks: PositiveInt | None = None
+    index_num_heads: PositiveInt | None = None
+    index_head_dim: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _heads_group(self) -> GQAConfig:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}"
+            )
+        return self
+
+
+class LinearAttentionConfig(Frozen):
+    """KDA or gated-DeltaNet layer: a short causal conv plus a (num_v_heads, dk, dv) state."""
+
+    kind: Literal["kda", "gdn"]
+    num_k_heads: PositiveInt
+    num_v_heads: PositiveInt
+    head_k_dim: PositiveInt
+    head_v_dim: PositiveInt
+    conv_kernel_size: PositiveInt
+    state_dtype: StateDtype = "fp32"  # vLLM default mamba_ssm_cache_dtype auto -> fp32
+    full_rank_gate: bool = False  # Kimi K3 use_full_rank_gate: gates are D x (H d), no low rank
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels the short conv runs over: q, k and v."""
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+
+class MoEConfig(Frozen):
+    """Routed experts (+ shared experts); latent MoE when routed_hidden_size is set."""
+
+    num_experts: PositiveInt
+    top_k: PositiveInt
+    expert_intermediate_size: PositiveInt
+    num_shared_experts: int = Field(ge=0)
+    shared_intermediate_size: PositiveInt | None = None  # defaults to expert_intermediate_size
+    routed_hidden_size: PositiveInt | None = None  # Kimi K3 routed_expert_hidden_size (latent)
+
+    @model_validator(mode="after")
+    def _topk(self) -> MoEConfig:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        return self
+
+
+class LayerLayout(Frozen):
+    """Which 1-based layers have which token mixer and which MLP."""
+
+    count: PositiveInt
+    mixers: dict[LayerKind, list[PositiveInt]]
+    moe_layers: list[PositiveInt] = Field(default_factory=list)  # the rest use the dense MLP
+
+    @model_validator(mode="after")
+    def _partition(self) -> LayerLayout:
+        seen: list[int] = sorted(i for layers in self.mixers.values() for i in layers)
+        if seen != list(range(1, self.count + 1)):
+            missing = sorted(set(range(1, self.count + 1)) - set(seen))
+            dup = sorted({i for i in seen if seen.count(i) > 1})
+            extra = sorted(i for i in set(seen) if i > self.count)
+            raise ValueError(
+                "mixers must list every layer 1..count exactly once"
+                f" (missing {missing[:5]}, duplicated {dup[:5]}, beyond count {extra[:5]})"
+            )
+        bad = [i for i in self.moe_layers if i > self.count]
+        if bad:
+            raise ValueError(f"moe_layers {bad[:5]} beyond count {self.count}")
+        return self
+
+
+class PublishedSize(Frozen):
+    """Published parameter counts, used to check the card's own accounting."""
+
+    total_params: float = Field(gt=0)
+    active_params: float | None = Field(default=None, gt=0)
+    source: str
+
+
+class ModelCard(Frozen):
+    name: str = Field(min_length=1)
+    hf_id: str
+    source: str  # which config.json the numbers come from
+    model_type: str
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = False
+    max_context_tokens: PositiveInt
+    layers: LayerLayout
+    mla: MLAConfig | None = None
+    gqa: GQAConfig | None = None
+    linear_attention: LinearAttentionConfig | None = None
+    dense_intermediate_size: PositiveInt | None = None
+    moe: MoEConfig | None = None
+    mtp_layers: int = Field(default=0, ge=0)  # num_nextn_predict_layers
+    weight_precision: dict[ModuleGroup, WeightPrecision]
+    published: PublishedSize | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _configs_present(self) -> ModelCard:
+        kinds = {k for k, v in self.layers.mixers.items() if v}
+        if "mla" in kinds and self.mla is None:
+            raise ValueError("layers use mla but the card has no `mla` section")
+        if kinds & {"gqa", "swa", "sparse_gqa"} and self.gqa is None:
+            raise ValueError("layers use gqa/swa/sparse_gqa but the card has no `gqa` section")
+        if "swa" in kinds and (self.gqa is None or self.gqa.sliding_window_tokens is None):
+            raise ValueError("swa layers need gqa.sliding_window_tokens")
+        if "sparse_gqa" in kinds and (
+            self.gqa is None or self.gqa.sparse_block_tokens is None or not self.gqa.sparse_topk_blocks
+        ):
+            raise ValueError("sparse_gqa layers need gqa.sparse_block_tokens and sparse_topk_blocks")
+        linear = kinds & LINEAR_KINDS
+        if len(linear) > 1:
+            raise ValueError("a card may use one linear-attention kind only")
+        if linear and (
+            self.linear_attention is None or self.linear_attention.kind not in linear
+        ):
+            raise ValueError(f"layers use {sorted(linear)} but linear_attention does not match")
+        if self.layers.moe_layers and self.moe is None:
+            raise ValueError("moe_layers listed but the card has no `moe` section")
+        if len(self.layers.moe_layers) < self.layers.count and self.dense_intermediate_size is None:
+            raise ValueError("some layers use the dense MLP but dense_intermediate_size is missing")
+        missing = [g for g in self.required_groups() if g not in self.weight_precision]
+        if missing:
+            raise ValueError(f"weight_precision lacks module groups {missing}")
+        return self
+
+    def required_groups(self) -> list[ModuleGroup]:
+        """Module groups this architecture has weights in."""
+        groups: list[ModuleGroup] = ["embedding"]
+        if not self.tie_word_embeddings:
+            groups.append("lm_head")
+        kinds = self.layer_kinds
+        if any(k not in LINEAR_KINDS for k in kinds):
+            groups.append("attention")
+        if any(k in LINEAR_KINDS for k in kinds):
+            groups.append("linear_attention")
+        if len(self.layers.moe_layers) < self.layers.count:
+            groups.append("dense_mlp")
+        if self.moe is not None and self.layers.moe_layers:
+            groups += ["router", "routed_experts"]
+            if self.moe.num_shared_experts:
+                groups.append("shared_experts")
+            if self.moe.routed_hidden_size is not None:
+                groups.append("moe_latent")
+        return groups
+
+    @cached_property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Token mixer of each layer, 0-based."""
+        out: list[LayerKind] = ["gqa"] * self.layers.count
+        for kind, layers in self.layers.mixers.items():
+            for i in layers:
+                out[i - 1] = kind
+        return tuple(out)
+
+    @cached_property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        moe = set(self.layers.moe_layers)
+        return tuple(i + 1 in moe for i in range(self.layers.count))
+
+    def count_layers(self, *kinds: str) -> int:
+        return sum(1 for k in self.layer_kinds if k in kinds)
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.count_layers(*LINEAR_KINDS) > 0
+
+    @property
+    def num_attention_heads(self) -> int:
+        """Query heads of the softmax-attention layers (what TP must divide)."""
+        if self.mla is not None:
+            return self.mla.num_heads
+        if self.gqa is not None:
+            return self.gqa.num_heads
+        return 0

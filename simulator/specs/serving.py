@@ -1,0 +1,81 @@
+"""How a model is deployed: parallelism, precisions, cache and batch limits (vLLM's knobs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from simulator.specs.frozen import Frozen
+from simulator.specs.model import ModuleGroup
+from simulator.specs.precision import KvCacheDtype, StateDtype, WeightPrecision
+
+GIB = 1 << 30
+
+
+class SpeculativeConfig(Frozen):
+    method: Literal["mtp", "eagle", "draft_model", "ngram"]
+    num_speculative_tokens: PositiveInt
+    # i.i.d. per-token acceptance a, or the mean accepted length per step; one of the two
+    acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
+    mean_acceptance_length: float | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_acceptance(self) -> SpeculativeConfig:
+        if (self.acceptance_rate is None) == (self.mean_acceptance_length is None):
+            raise ValueError("give exactly one of acceptance_rate and mean_acceptance_length")
+        if (
+            self.mean_acceptance_length is not None
+            and self.mean_acceptance_length > self.num_speculative_tokens + 1
+        ):
+            raise ValueError("mean_acceptance_length exceeds num_speculative_tokens + 1")
+        return self
+
+
+class ServingConfig(Frozen):
+    """One replica = tp GPUs (DCP reuses the TP ranks); dp replicas; EP spans tp x dp GPUs."""
+
+    tp: PositiveInt = 1
+    dp: PositiveInt = 1
+    ep: PositiveInt = 1  # 1 = experts TP-sharded; tp*dp = vLLM --enable-expert-parallel
+    dcp: PositiveInt = 1  # decode context parallel, must divide tp
+    dcp_interleave_tokens: PositiveInt = 1  # --cp-kv-cache-interleave-size
+    weight_precision: dict[ModuleGroup, WeightPrecision] = Field(default_factory=dict)
+    kv_cache_dtype: KvCacheDtype = "auto"
+    state_dtype: StateDtype | None = None  # None: the card's (vLLM mamba_ssm_cache_dtype)
+    gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)
+    kv_cache_memory_bytes: float | None = Field(default=None, gt=0)  # --kv-cache-memory-bytes
+    max_num_batched_tokens: PositiveInt | None = None  # None: vLLM default by device memory
+    max_num_seqs: PositiveInt | None = None  # None: vLLM default by device memory
+    block_size_tokens: PositiveInt = 16  # --block-size; hybrid page alignment can raise it
+    enable_prefix_caching: bool = True  # hybrids: align mode (2 state pages per request)
+    prefix_cache_retention_interval: int | None = Field(default=0, ge=0)
+    # memory outside weights/KV/activations: CUDA graphs, NCCL buffers, allocator slack.
+    # Assumption (no vendor figure): vLLM start-up logs show 0.5-2 GiB of graph memory.
+    runtime_reserve_bytes: float = Field(default=1.5 * GIB, ge=0)
+    cpu_offload_bytes: float = Field(default=0, ge=0)  # per replica, --kv-offloading-size
+    speculative: SpeculativeConfig | None = None
+    fused_decode_kernels: bool = False
+
+    @model_validator(mode="after")
+    def _parallel_shape(self) -> ServingConfig:
+        if self.tp % self.dcp:
+            raise ValueError(f"dcp {self.dcp} must divide tp {self.tp} (DCP reuses TP ranks)")
+        if self.ep not in (1, self.tp * self.dp):
+            raise ValueError(
+                f"ep must be 1 (TP-sharded experts) or tp*dp = {self.tp * self.dp}"
+                " (vLLM expert parallel spans all TP x DP ranks)"
+            )
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return 0 if self.speculative is None else self.speculative.num_speculative_tokens
