@@ -31,7 +31,9 @@ def model_card(ref: str) -> ModelCard:
         return load(ModelCard, ref)
     path = MODEL_CARDS_DIR / f"{ref}.yaml"
     if not path.exists():
-        raise SpecError("(arguments)", "model", f"unknown model {ref!r}; known: {', '.join(model_names())}")
+        raise SpecError(
+            "(arguments)", "model", f"unknown model {ref!r}; known: {', '.join(model_names())}"
+        )
     return load(ModelCard, path)
 
 
@@ -60,5 +62,7 @@ def cost_models() -> dict[str, CostModel]:
 def cost_model(name: str) -> CostModel:
     models = cost_models()
     if name not in models:
-        raise SpecError("(arguments)", "cost_model", f"unknown cost model {name!r}; known: {', '.join(models)}")
+        raise SpecError(
+            "(arguments)", "cost_model", f"unknown cost model {name!r}; known: {', '.join(models)}"
+        )
     return models[name]

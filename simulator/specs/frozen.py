@@ -6,6 +6,6 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Frozen(BaseModel):
-    """Frozen pydantic model with extra fields forbidden (a typo in YAML is an error, not a no-op)."""
+    """Frozen pydantic model, extra fields forbidden: a typo in YAML is an error, not a no-op."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)

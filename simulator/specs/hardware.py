@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+)
 
 from simulator.specs.frozen import Frozen
 from simulator.specs.precision import ComputeDtype
@@ -53,6 +59,19 @@ class RooflinePriors(Frozen):
     cpu_step_overhead_s: float = Field(ge=0)  # scheduler + input prep per engine step
 
 
+SOURCED_FIELDS = (
+    "peak_flops_per_s",
+    "memory_bytes",
+    "usable_memory_bytes",
+    "memory_bw_bytes_per_s",
+    "scale_up",
+    "host_link",
+    "host_dram_bytes_per_gpu",
+    "power_w",
+    "roofline",
+)
+
+
 class HardwareProfile(Frozen):
     name: str = Field(min_length=1)  # short id, equals the folder name
     display_name: str
@@ -71,28 +90,28 @@ class HardwareProfile(Frozen):
     roofline: RooflinePriors
     sources: dict[str, str]  # field name -> where its number comes from
 
-    @model_validator(mode="after")
-    def _every_number_sourced(self) -> HardwareProfile:
-        numeric = [
-            "peak_flops_per_s",
-            "memory_bytes",
-            "usable_memory_bytes",
-            "memory_bw_bytes_per_s",
-            "scale_up",
-            "host_link",
-            "host_dram_bytes_per_gpu",
-            "power_w",
-            "roofline",
-        ]
-        missing = [f for f in numeric if getattr(self, f) is not None and not self.sources.get(f)]
+    @field_validator("sources")
+    @classmethod
+    def _every_number_sourced(cls, sources: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        present = [f for f in SOURCED_FIELDS if info.data.get(f) is not None]
+        missing = [f for f in present if not sources.get(f, "").strip()]
         if missing:
-            raise ValueError(f"sources lacks an entry for {missing}")
-        unknown = sorted(set(self.sources) - set(numeric))
+            raise ValueError(f"no source given for {missing}")
+        unknown = sorted(set(sources) - set(SOURCED_FIELDS))
         if unknown:
-            raise ValueError(f"sources names unknown fields {unknown}")
-        if self.usable_memory_bytes > self.memory_bytes * 1.08:
-            raise ValueError("usable_memory_bytes exceeds memory_bytes (GiB/GB mix-up?)")
-        return self
+            raise ValueError(f"names fields that are not sourced numbers: {unknown}")
+        return sources
+
+    @field_validator("usable_memory_bytes")
+    @classmethod
+    def _usable_within_nominal(cls, usable: float, info: ValidationInfo) -> float:
+        # GiB-sized stacks sold as "GB" may expose up to 7.4 % more bytes than the label
+        nominal = info.data.get("memory_bytes")
+        if nominal is not None and usable > nominal * 1.08:
+            raise ValueError(
+                f"exceeds memory_bytes {nominal:.4g} by more than 8 % (GiB/GB mix-up?)"
+            )
+        return usable
 
 
 class CostModel(Frozen):

@@ -54,7 +54,9 @@ def read_yaml(path: str | Path) -> Any:
 
 def parse(cls: type[M], data: Any, file: str | Path, prefix: str = "") -> M:
     if not isinstance(data, dict):
-        raise SpecError(file, prefix or "(top level)", f"expected a mapping, got {type(data).__name__}")
+        raise SpecError(
+            file, prefix or "(top level)", f"expected a mapping, got {type(data).__name__}"
+        )
     try:
         return cls.model_validate(data)
     except ValidationError as exc:

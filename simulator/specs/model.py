@@ -185,15 +185,17 @@ class ModelCard(Frozen):
         if "swa" in kinds and (self.gqa is None or self.gqa.sliding_window_tokens is None):
             raise ValueError("swa layers need gqa.sliding_window_tokens")
         if "sparse_gqa" in kinds and (
-            self.gqa is None or self.gqa.sparse_block_tokens is None or not self.gqa.sparse_topk_blocks
+            self.gqa is None
+            or self.gqa.sparse_block_tokens is None
+            or not self.gqa.sparse_topk_blocks
         ):
-            raise ValueError("sparse_gqa layers need gqa.sparse_block_tokens and sparse_topk_blocks")
+            raise ValueError(
+                "sparse_gqa layers need gqa.sparse_block_tokens and sparse_topk_blocks"
+            )
         linear = kinds & LINEAR_KINDS
         if len(linear) > 1:
             raise ValueError("a card may use one linear-attention kind only")
-        if linear and (
-            self.linear_attention is None or self.linear_attention.kind not in linear
-        ):
+        if linear and (self.linear_attention is None or self.linear_attention.kind not in linear):
             raise ValueError(f"layers use {sorted(linear)} but linear_attention does not match")
         if self.layers.moe_layers and self.moe is None:
             raise ValueError("moe_layers listed but the card has no `moe` section")

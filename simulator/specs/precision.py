@@ -35,8 +35,10 @@ WEIGHT_FORMATS: dict[WeightPrecision, NumberFormat] = {
     "fp16": NumberFormat(16),
     # per-tensor / per-channel scales: negligible next to the weights
     "fp8": NumberFormat(8),
-    # DeepSeek-V3 style: one fp32 scale per 128x128 weight block (config: weight_block_size [128, 128])
-    "fp8_block": NumberFormat(8, group_size=128 * 128, scale_bits=32, source="DeepSeek-V3 config.json"),
+    # DeepSeek-V3 style: one fp32 scale per 128x128 block (config: weight_block_size [128, 128])
+    "fp8_block": NumberFormat(
+        8, group_size=128 * 128, scale_bits=32, source="DeepSeek-V3 config.json"
+    ),
     # OCP MX spec: 32 fp4 (e2m1) elements share one 8-bit e8m0 scale
     "mxfp4": NumberFormat(4, group_size=32, scale_bits=8, source="OCP Microscaling Formats v1.0"),
     # NVIDIA NVFP4: 16 fp4 elements share one fp8 (e4m3) scale (+ a per-tensor fp32 scale)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from simulator.specs.frozen import Frozen
 from simulator.specs.model import ModuleGroup
@@ -57,16 +57,24 @@ class ServingConfig(Frozen):
     speculative: SpeculativeConfig | None = None
     fused_decode_kernels: bool = False
 
-    @model_validator(mode="after")
-    def _parallel_shape(self) -> ServingConfig:
-        if self.tp % self.dcp:
-            raise ValueError(f"dcp {self.dcp} must divide tp {self.tp} (DCP reuses TP ranks)")
-        if self.ep not in (1, self.tp * self.dp):
+    @field_validator("ep")
+    @classmethod
+    def _ep_spans_all_ranks(cls, ep: int, info: ValidationInfo) -> int:
+        world = info.data.get("tp", 1) * info.data.get("dp", 1)
+        if ep not in (1, world):
             raise ValueError(
-                f"ep must be 1 (TP-sharded experts) or tp*dp = {self.tp * self.dp}"
-                " (vLLM expert parallel spans all TP x DP ranks)"
+                f"ep must be 1 (TP-sharded experts) or tp*dp = {world}"
+                " (vLLM expert parallelism spans all TP x DP ranks)"
             )
-        return self
+        return ep
+
+    @field_validator("dcp")
+    @classmethod
+    def _dcp_divides_tp(cls, dcp: int, info: ValidationInfo) -> int:
+        tp = info.data.get("tp", 1)
+        if tp % dcp:
+            raise ValueError(f"dcp {dcp} must divide tp {tp} (DCP reuses the TP ranks)")
+        return dcp
 
     @property
     def gpus_per_replica(self) -> int:

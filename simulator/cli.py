@@ -1,0 +1,454 @@
+"""`plan`: the one command-line entry point. Thin adapters over the core; no modelling here.
+
+Exit codes: 0 success, 2 bad input (one line naming file, field and reason), 1 internal error.
+"""
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from simulator import catalog
+from simulator.specs import (
+    CostModelCatalog,
+    HardwareProfile,
+    ModelCard,
+    Scenario,
+    ServingConfig,
+    SpecError,
+)
+from simulator.specs.loading import parse, read_yaml
+
+GIB = float(1 << 30)
+
+
+def _console() -> Console:
+    """Rich console on the current stdout; wide tables when piped or captured."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(message, err=True)
+    raise typer.Exit(code)
+
+
+def _command(group: typer.Typer, name: str) -> Callable[[F], F]:
+    """Register a command whose bad input ends in one line on stderr and exit code 2."""
+
+    def register(func: F) -> F:
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> None:
+            try:
+                func(*args, **kwargs)
+            except SpecError as exc:
+                _fail(f"error: {exc}", 2)
+            except (typer.Exit, typer.Abort):
+                raise
+            except Exception as exc:
+                if os.environ.get("PLAN_DEBUG"):
+                    raise
+                _fail(
+                    f"internal error: {type(exc).__name__}: {exc} (PLAN_DEBUG=1 for a traceback)", 1
+                )
+
+        group.command(name)(run)
+        return func
+
+    return register
+
+
+def _typer(help_text: str) -> typer.Typer:
+    return typer.Typer(
+        help=help_text,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # usage errors as plain text ending in one "Error: ..." line
+    )
+
+
+app = _typer("Capacity planner for hybrid-attention LLM serving.")
+profiles_app = _typer("Hardware profiles, model cards and cost models shipped with the planner.")
+models_app = _typer("Model cards: list them, or import one from a Hugging Face config.json.")
+app.add_typer(profiles_app, name="profiles")
+app.add_typer(models_app, name="models")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:,.1f}"
+
+
+# ------------------------------------------------------------------------------------ profiles
+
+SCHEMAS: dict[str, type[Any]] = {
+    "model-card": ModelCard,
+    "hardware-profile": HardwareProfile,
+    "serving-config": ServingConfig,
+    "scenario": Scenario,
+    "cost-models": CostModelCatalog,
+}
+
+
+@_command(profiles_app, "list")
+def profiles_list(as_json: JsonOpt = False) -> None:
+    """List hardware profiles, model cards and cost models."""
+    devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
+    models = [catalog.model_card(n) for n in catalog.model_names()]
+    costs = catalog.cost_models()
+    if as_json:
+        _print_json(
+            {
+                "devices": [d.name for d in devices],
+                "models": [m.name for m in models],
+                "cost_models": {c.name: sorted(c.usd_per_gpu_hour) for c in costs.values()},
+            }
+        )
+        return
+    from simulator.weights import total_params
+
+    table = Table(title="Hardware profiles (hardware_profiles/<name>/profile.yaml)")
+    for col in (
+        "name",
+        "device",
+        "usable GiB",
+        "HBM TB/s",
+        "BF16 PF",
+        "FP8 PF",
+        "FP4 PF",
+        "scale-up",
+        "status",
+        "calibrated",
+    ):
+        table.add_column(col, justify="right" if col[0].isupper() or "GiB" in col else "left")
+    for d in devices:
+        pf = d.peak_flops_per_s
+        table.add_row(
+            d.name,
+            d.display_name,
+            _gib(d.usable_memory_bytes),
+            f"{d.memory_bw_bytes_per_s / 1e12:.1f}",
+            f"{pf.bf16 / 1e15:.2f}",
+            f"{pf.fp8 / 1e15:.2f}" if pf.fp8 else "-",
+            f"{pf.fp4 / 1e15:.2f}" if pf.fp4 else "-",
+            f"{d.scale_up.kind} x{d.scale_up.domain_size}" if d.scale_up else "none",
+            d.status,
+            str(d.calibrated).lower(),
+        )
+    _console().print(table)
+    mt = Table(title="Model cards (simulator/model_cards/<name>.yaml)")
+    for col in ("name", "hf id", "layers", "mixers", "params (B)"):
+        mt.add_column(col)
+    for m in models:
+        mixers = ", ".join(f"{len(v)} {k}" for k, v in m.layers.mixers.items() if v)
+        mt.add_row(m.name, m.hf_id, str(m.layers.count), mixers, f"{total_params(m) / 1e9:,.1f}")
+    _console().print(mt)
+    ct = Table(title="Cost models (hardware_profiles/cost_models.yaml), USD per GPU-hour")
+    ct.add_column("name")
+    ct.add_column("prices")
+    for c in costs.values():
+        ct.add_row(c.name, ", ".join(f"{k} {v:.2f}" for k, v in c.usd_per_gpu_hour.items()))
+    _console().print(ct)
+
+
+@_command(profiles_app, "show")
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="A device, model card or cost model name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print one hardware profile, model card or cost model."""
+    obj: Any
+    if name in catalog.device_names():
+        obj = catalog.hardware_profile(name)
+    elif name in catalog.model_names():
+        obj = catalog.model_card(name)
+    elif name in catalog.cost_models():
+        obj = catalog.cost_models()[name]
+    else:
+        known = catalog.device_names() + catalog.model_names() + list(catalog.cost_models())
+        raise SpecError(
+            "(arguments)", "name", f"unknown profile {name!r}; known: {', '.join(known)}"
+        )
+    data = obj.model_dump(mode="json")
+    if as_json:
+        _print_json(data)
+    else:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
+
+
+@_command(profiles_app, "schema")
+def profiles_schema(
+    kind: Annotated[str | None, typer.Argument(help=f"One of: {', '.join(SCHEMAS)}.")] = None,
+) -> None:
+    """Print the JSON Schema of the spec files (all of them when no kind is given)."""
+    if kind is None:
+        _print_json({k: cls.model_json_schema() for k, cls in SCHEMAS.items()})
+        return
+    if kind not in SCHEMAS:
+        raise SpecError(
+            "(arguments)", "kind", f"unknown schema {kind!r}; known: {', '.join(SCHEMAS)}"
+        )
+    _print_json(SCHEMAS[kind].model_json_schema())
+
+
+# ------------------------------------------------------------------------------------ models
+
+
+@_command(models_app, "list")
+def models_list(as_json: JsonOpt = False) -> None:
+    """List the built-in model cards."""
+    names = catalog.model_names()
+    if as_json:
+        _print_json(names)
+    else:
+        for n in names:
+            _console().print(n)
+
+
+@_command(models_app, "import")
+def models_import(
+    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    name: Annotated[
+        str | None, typer.Option(help="Card name (default: from the file name).")
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--out", help="Write the card here.")] = None,
+) -> None:
+    """Build a model card from a Hugging Face config.json (Kimi, DeepSeek, Qwen3.5, Llama, ...)."""
+    from simulator.model_import import card_to_yaml, import_hf_config, load_hf_config
+
+    card_name = (
+        name or config.name.removesuffix(".json").removesuffix("_config").split("--")[-1].lower()
+    )
+    card = import_hf_config(load_hf_config(config), name=card_name, source=str(config))
+    text = card_to_yaml(card)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+        typer.echo(f"wrote {output} ({card.layers.count} layers)", err=True)
+
+
+# ------------------------------------------------------------------------------------ memory
+
+
+def _serving(serving_file: Path | None, **flags: Any) -> tuple[ServingConfig, str]:
+    """A ServingConfig from an optional YAML file, with explicitly given flags on top."""
+    base: dict[str, Any] = {}
+    source = "(arguments)"
+    if serving_file is not None:
+        source = str(serving_file)
+        base = parse(ServingConfig, read_yaml(serving_file), source, prefix="serving").model_dump(
+            exclude_unset=True
+        )
+    base.update({k: v for k, v in flags.items() if v is not None})
+    return parse(ServingConfig, base, source, prefix="serving"), source
+
+
+@_command(app, "memory")
+def memory(
+    model: Annotated[str, typer.Option(help="Model card name or path to a card YAML.")],
+    device: Annotated[
+        list[str], typer.Option(help="Device profile name or path; repeat to compare.")
+    ],
+    context: Annotated[int, typer.Option(help="Context length per sequence (tokens).")] = 8192,
+    num_seqs: Annotated[int, typer.Option(help="Sequences that must fit at --context.")] = 1,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (GPUs per replica).")] = None,
+    dp: Annotated[int | None, typer.Option(help="Data parallel replicas.")] = None,
+    ep: Annotated[int | None, typer.Option(help="1, or tp*dp for expert parallelism.")] = None,
+    dcp: Annotated[
+        list[int] | None, typer.Option(help="Decode context parallel size; repeat to compare.")
+    ] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto|bf16|fp8|fp8_ds_mla|...")] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    block_size: Annotated[int | None, typer.Option(help="vLLM --block-size (tokens).")] = None,
+    serving: Annotated[
+        Path | None, typer.Option(help="ServingConfig YAML; flags override it.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Weights, KV cache and state per GPU; sequences that fit; the smallest device that fits."""
+    from simulator.memory import plan_memory
+
+    for value, flag in ((context, "context"), (num_seqs, "num_seqs")):
+        if value < 1:
+            raise SpecError("(arguments)", flag, f"must be at least 1, got {value}")
+    card = catalog.model_card(model)
+    devices = [catalog.hardware_profile(d) for d in device]
+    all_devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
+    dcp_sizes: list[int | None] = list(dcp) if dcp else [None]
+    configs = [
+        _serving(
+            serving,
+            tp=tp,
+            dp=dp,
+            ep=ep,
+            dcp=dcp_size,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            block_size_tokens=block_size,
+        )
+        for dcp_size in dcp_sizes
+    ]
+    reports = []
+    for dev in devices:
+        for cfg, source in configs:
+            try:
+                reports.append(plan_memory(card, dev, cfg, context, num_seqs, all_devices))
+            except SpecError as exc:
+                raise SpecError(source, exc.field, exc.reason) from None
+    if as_json:
+        data = [r.model_dump(mode="json") for r in reports]
+        _print_json(data[0] if len(data) == 1 else data)
+    elif len(reports) == 1:
+        _print_memory_detail(reports[0])
+    else:
+        _print_memory_comparison(reports)
+
+
+def _print_memory_detail(r: Any) -> None:
+    t = Table(title=f"{r.model} on {r.device}: weights per GPU (tp {r.tp}, ep {r.ep})")
+    for col in ("module group", "precision", "params (B)", "GiB", "placement"):
+        t.add_column(col, justify="right" if col in ("params (B)", "GiB") else "left")
+    for g in r.weight_groups:
+        t.add_row(
+            g.group,
+            g.precision,
+            f"{g.params_per_gpu / 1e9:,.2f}",
+            _gib(g.bytes_per_gpu),
+            g.placement,
+        )
+    t.add_row("total", "", "", _gib(r.weight_bytes_per_gpu), "")
+    _console().print(t)
+    rows = [
+        ("usable memory", f"{_gib(r.usable_memory_bytes)} GiB"),
+        ("budget (x gpu_memory_utilization)", f"{_gib(r.budget_bytes_per_gpu)} GiB"),
+        ("weights", f"{_gib(r.weight_bytes_per_gpu)} GiB"),
+        ("activation reserve (estimate)", f"{_gib(r.activation_reserve_bytes_per_gpu)} GiB"),
+        ("runtime reserve (assumption)", f"{_gib(r.runtime_reserve_bytes_per_gpu)} GiB"),
+        ("KV cache + state pool", f"{_gib(r.kv_cache_bytes_per_gpu)} GiB"),
+        ("KV per token (full attention)", f"{r.kv_bytes_per_token_per_gpu:,.0f} B"),
+        (
+            f"KV per sequence at {r.context_tokens:,} tokens",
+            f"{_gib(r.kv_bytes_per_seq_per_gpu)} GiB",
+        ),
+    ]
+    if r.swa_kv_bytes_per_seq_per_gpu:
+        rows.append(
+            ("sliding-window KV per sequence", f"{_gib(r.swa_kv_bytes_per_seq_per_gpu)} GiB")
+        )
+    if r.state_bytes_per_seq_per_gpu:
+        rows += [
+            ("recurrent state per sequence", f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f} MiB"),
+            (
+                f"state pages held per running request ({r.state_pages_per_seq})",
+                f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f} MiB",
+            ),
+        ]
+    rows += [
+        (
+            "block size / bytes per block",
+            f"{r.block_size_tokens} tokens x dcp {r.dcp} / {r.bytes_per_block / 2**20:,.2f} MiB",
+        ),
+        ("KV cache groups", f"{r.num_kv_groups} ({', '.join(r.kv_group_kinds)})"),
+        ("blocks in pool / per sequence", f"{r.num_blocks:,} / {r.blocks_per_seq:,}"),
+        ("KV capacity (tokens per replica)", f"{r.kv_capacity_tokens:,}"),
+        (
+            f"sequences of {r.context_tokens:,} tokens that fit",
+            f"{r.max_seqs_at_context:,} per replica, "
+            f"{r.max_seqs_at_context_per_gpu:,.2f} per GPU (max_num_seqs {r.max_num_seqs})",
+        ),
+        (f"max context for {r.num_seqs} sequence(s)", f"{r.max_context_for_num_seqs:,} tokens"),
+        ("fits", f"{'yes' if r.fits else 'NO'}: {r.fits_reason}"),
+        ("fits on (model alone)", r.fits_on),
+    ]
+    s = Table(show_header=False, title="KV cache and capacity (per GPU unless stated)")
+    s.add_column()
+    s.add_column(justify="right")
+    for k, v in rows:
+        s.add_row(k, v)
+    _console().print(s)
+
+
+def _print_memory_comparison(reports: list[Any]) -> None:
+    r0 = reports[0]
+    t = Table(
+        title=f"{r0.model}: {r0.context_tokens:,}-token sequences, tp {r0.tp},"
+        f" kv {r0.kv_cache_dtype} (per GPU; sessions per replica of tp GPUs)"
+    )
+    cols = (
+        "device",
+        "dcp",
+        "fits",
+        "weights GiB",
+        "KV+state GiB",
+        "KV B/token",
+        "KV/seq GiB",
+        "state/seq MiB",
+        "state pages MiB",
+        "block tokens",
+        "sessions",
+        "sessions/GPU",
+    )
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("device", "fits") else "right")
+    for r in reports:
+        t.add_row(
+            r.device,
+            str(r.dcp),
+            "yes" if r.fits else "NO",
+            _gib(r.weight_bytes_per_gpu),
+            _gib(max(r.kv_cache_bytes_per_gpu, 0.0)),
+            f"{r.kv_bytes_per_token_per_gpu:,.0f}",
+            f"{r.kv_bytes_per_seq_per_gpu / GIB:,.2f}",
+            f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f}",
+            f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f}",
+            str(r.block_size_tokens),
+            f"{r.max_seqs_at_context:,}",
+            f"{r.max_seqs_at_context_per_gpu:,.1f}",
+        )
+    _console().print(t)
+    for r in reports:
+        if not r.fits:
+            _console().print(f"  {r.device} dcp {r.dcp}: {r.fits_reason}")
+    _console().print(f"  fits on (model alone): {r0.fits_on}")
+
+
+@_command(app, "demo")
+def demo() -> None:
+    """Kimi K3 on 8x MI355X / B300 / GB300 / H200: weights, KV, state, 142k-token sessions."""
+    memory(
+        model="kimi-k3",
+        device=["mi355x", "b300", "gb300", "h200"],
+        context=142_000,
+        tp=8,
+        dcp=[1, 8],
+    )
+
+
+def main() -> None:
+    """Console entry point (``plan``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

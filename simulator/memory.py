@@ -1,0 +1,478 @@
+"""Memory planner: weights, KV cache, recurrent state and what fits, per GPU, as vLLM lays it out.
+
+All figures are per GPU of one replica (a TP group; DCP reuses the TP ranks). Sequence counts
+are per replica: every rank of the replica holds a slice of every running sequence.
+
+The KV cache follows vLLM's hybrid allocator (``../shared/reference/vllm_mechanics.md`` 2.2-2.4):
+layers are bucketed by cache spec, split into groups of equal layer count that share one block
+pool, and for hybrids the block size is raised until one attention page holds a recurrent state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from simulator.specs.frozen import Frozen
+from simulator.specs.hardware import HardwareProfile
+from simulator.specs.loading import SpecError
+from simulator.specs.model import FULL_ATTENTION_KINDS, LINEAR_KINDS, ModelCard
+from simulator.specs.precision import (
+    STATE_BYTES,
+    kv_element_bytes,
+    mla_kv_bytes_per_token,
+)
+from simulator.specs.serving import ServingConfig
+from simulator.weights import weights_per_gpu
+
+GIB = float(1 << 30)
+# Smallest KV block the attention kernels accept (FlashAttention / FlashInfer / Triton: 16 tokens).
+KERNEL_BLOCK_TOKENS = 16
+# vLLM aligns MLA hybrids to at least 128 tokens (platforms/interface.py:_align_hybrid_block_size).
+MLA_HYBRID_ALIGN_TOKENS = 128
+# vLLM fused_moe processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE).
+FUSED_MOE_CHUNK_TOKENS = 16384
+
+
+def default_batch_limits(device: HardwareProfile) -> tuple[int, int]:
+    """vLLM's OpenAI-server defaults (max_num_batched_tokens, max_num_seqs) by device memory.
+
+    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GB: 16384 / 1024; >= 70 GB: 8192 / 1024;
+    otherwise 2048 / 256.
+    """
+    gb = device.usable_memory_bytes / 1e9
+    if gb >= 160:
+        return 16384, 1024
+    if gb >= 70:
+        return 8192, 1024
+    return 2048, 256
+
+
+def batch_limits(device: HardwareProfile, serving: ServingConfig) -> tuple[int, int]:
+    tokens, seqs = default_batch_limits(device)
+    return serving.max_num_batched_tokens or tokens, serving.max_num_seqs or seqs
+
+
+# --------------------------------------------------------------------------- per-token / per-seq
+
+
+def attention_bytes_per_token_per_layer(
+    card: ModelCard, serving: ServingConfig, kind: str
+) -> float:
+    """KV bytes one attention layer stores per token on one GPU (before DCP)."""
+    if kind == "mla":
+        m = card.mla
+        assert m is not None
+        # the latent is shared by all heads: replicated on every TP rank
+        return mla_kv_bytes_per_token(serving.kv_cache_dtype, m.kv_lora_rank, m.qk_rope_head_dim)
+    g = card.gqa
+    assert g is not None
+    elem = kv_element_bytes(serving.kv_cache_dtype)
+    heads = max(g.num_kv_heads / serving.tp, 1.0)  # split by TP, replicated below one per rank
+    per_token = 2 * heads * g.head_dim * elem
+    if kind == "sparse_gqa" and g.index_num_heads and g.index_head_dim:
+        # Assumption: the indexer caches index_num_heads keys of index_head_dim per token,
+        # split across TP like the KV heads (MiniMax-M3 does not document its cache layout).
+        per_token += max(g.index_num_heads / serving.tp, 1.0) * g.index_head_dim * elem
+    return per_token
+
+
+def state_bytes_per_layer(card: ModelCard, serving: ServingConfig) -> float:
+    """Recurrent + conv state of one linear-attention layer for one sequence on one GPU."""
+    la = card.linear_attention
+    assert la is not None
+    dtype = serving.state_dtype or la.state_dtype
+    recurrent = la.num_v_heads * la.head_k_dim * la.head_v_dim * STATE_BYTES[dtype]
+    conv = la.conv_dim * (la.conv_kernel_size - 1 + serving.num_speculative_tokens) * 2  # bf16
+    return (recurrent + conv) / serving.tp  # split by TP heads, never by DCP
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    kind: Literal["full", "swa", "mamba"]
+    layers: int  # real layers in the group (the rest of group_size is padding)
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """vLLM's KV cache groups for one model and serving config (per GPU)."""
+
+    block_size_tokens: int  # tokens per block per rank (the scheduler's block covers x dcp)
+    page_bytes: float  # one layer's page of one block
+    group_size: int  # layers per group, padding included
+    groups: tuple[KvGroup, ...]
+    sliding_window_tokens: int | None
+
+    @property
+    def bytes_per_block(self) -> float:
+        return self.group_size * self.page_bytes
+
+    def count(self, kind: str) -> int:
+        return sum(1 for g in self.groups if g.kind == kind)
+
+
+def kv_layout(card: ModelCard, serving: ServingConfig) -> KvLayout:
+    kinds = card.layer_kinds
+    full_tok = max(
+        (
+            attention_bytes_per_token_per_layer(card, serving, k)
+            for k in set(kinds) & FULL_ATTENTION_KINDS
+        ),
+        default=0.0,
+    )
+    swa_tok = attention_bytes_per_token_per_layer(card, serving, "swa") if "swa" in kinds else 0.0
+    # Pages must be equal across groups; a model mixing full and sliding layers of different
+    # widths would be padded to the wider one.
+    attn_tok = max(full_tok, swa_tok)
+    counts = {
+        "full": sum(1 for k in kinds if k in FULL_ATTENTION_KINDS),
+        "swa": sum(1 for k in kinds if k == "swa"),
+        "mamba": sum(1 for k in kinds if k in LINEAR_KINDS),
+    }
+    block = serving.block_size_tokens
+    if counts["mamba"]:
+        state_page = state_bytes_per_layer(card, serving)
+        if attn_tok > 0:
+            align = max(KERNEL_BLOCK_TOKENS, serving.block_size_tokens)
+            if "mla" in kinds:
+                align = max(align, MLA_HYBRID_ALIGN_TOKENS)
+            block = max(block, align * math.ceil(state_page / (align * attn_tok)))
+            page = block * attn_tok  # the state page is padded up to this
+        else:
+            page = state_page
+    else:
+        page = block * attn_tok
+    present = {k: n for k, n in counts.items() if n}
+    lo, hi = min(present.values()), max(present.values())
+    group_size = hi if hi < 1.5 * lo else lo
+    groups: list[KvGroup] = []
+    for kind, n in present.items():
+        n_groups = math.ceil(n / group_size)
+        for i in range(n_groups):
+            real = min(group_size, n - i * group_size)
+            groups.append(KvGroup(kind=kind, layers=real))  # type: ignore[arg-type]
+    window = card.gqa.sliding_window_tokens if card.gqa is not None and counts["swa"] else None
+    return KvLayout(
+        block_size_tokens=block,
+        page_bytes=page,
+        group_size=group_size,
+        groups=tuple(groups),
+        sliding_window_tokens=window,
+    )
+
+
+def blocks_per_seq(layout: KvLayout, serving: ServingConfig, context_tokens: int) -> int:
+    """Blocks of the shared pool one running sequence of ``context_tokens`` holds."""
+    b = layout.block_size_tokens
+    full = layout.count("full") * math.ceil(context_tokens / (b * serving.dcp))
+    swa = 0
+    if layout.sliding_window_tokens is not None:
+        window_blocks = math.ceil((layout.sliding_window_tokens - 1) / b) + 1
+        swa = layout.count("swa") * min(math.ceil(context_tokens / b), window_blocks)
+    k = serving.num_speculative_tokens
+    # align mode (prefix caching on): running state + previous boundary state (+1 per draft)
+    state_pages = (2 if serving.enable_prefix_caching else 1) + k
+    return full + swa + layout.count("mamba") * state_pages
+
+
+# --------------------------------------------------------------------------- activations
+
+
+def activation_reserve_bytes(
+    card: ModelCard, serving: ServingConfig, device: HardwareProfile
+) -> float:
+    """Estimate of vLLM's profile-run peak (activations of one max_num_batched_tokens forward).
+
+    Assumption, not a measurement: a few hidden-sized bf16 buffers per token (residual, normed
+    input, attention output, MLP output), the widest per-rank MLP intermediate, the fused-MoE
+    workspaces (intermediate caches of ``top_k`` rows per token, chunked at 16k tokens), and
+    fp32 logits for max_num_seqs sampled sequences.
+    """
+    tokens, seqs = batch_limits(device, serving)
+    d = card.hidden_size
+    per_token = 4 * d * 2.0
+    if card.dense_intermediate_size:
+        per_token = max(per_token, per_token + 3 * card.dense_intermediate_size / serving.tp * 2)
+    moe_ws = 0.0
+    if card.moe is not None:
+        moe = card.moe
+        i_rank = moe.expert_intermediate_size / (1 if serving.ep > 1 else serving.tp)
+        d_routed = moe.routed_hidden_size or d
+        moe_rows = min(tokens, FUSED_MOE_CHUNK_TOKENS) * moe.top_k
+        moe_ws = moe_rows * (3 * i_rank + d_routed) * 2.0
+    logits = seqs * card.vocab_size * 4.0
+    return tokens * per_token + moe_ws + logits
+
+
+# --------------------------------------------------------------------------- report
+
+
+class WeightGroupRow(Frozen):
+    group: str
+    precision: str
+    params_per_gpu: float
+    bytes_per_gpu: float
+    replicated_bytes_per_gpu: float
+    placement: str  # "TP-sharded", "EP-sharded", "replicated" or "mixed"
+
+
+class MemoryReport(Frozen):
+    """Everything `plan memory` prints. Bytes are per GPU; sequence counts are per replica."""
+
+    model: str
+    device: str
+    tp: int
+    dp: int
+    ep: int
+    dcp: int
+    kv_cache_dtype: str
+    context_tokens: int
+    num_seqs: int
+    usable_memory_bytes: float
+    budget_bytes_per_gpu: float = Field(description="gpu_memory_utilization x usable memory")
+    weight_bytes_per_gpu: float
+    weight_groups: list[WeightGroupRow]
+    activation_reserve_bytes_per_gpu: float
+    runtime_reserve_bytes_per_gpu: float
+    kv_cache_bytes_per_gpu: float  # left for KV + state
+    kv_bytes_per_token_per_gpu: float  # full-attention layers
+    kv_bytes_per_seq_per_gpu: float  # full-attention KV of one sequence at context_tokens
+    swa_kv_bytes_per_seq_per_gpu: float  # sliding-window layers, capped at the window
+    state_bytes_per_seq_per_gpu: float  # recurrent + conv state, one copy
+    state_pool_bytes_per_seq_per_gpu: float  # the state pages vLLM holds per running request
+    block_size_tokens: int
+    bytes_per_block: float
+    num_kv_groups: int
+    kv_group_kinds: list[str]
+    state_pages_per_seq: int
+    num_blocks: int
+    kv_capacity_tokens: int  # full-attention tokens the pool holds (no state pages)
+    blocks_per_seq: int
+    max_seqs_at_context: int
+    max_seqs_at_context_per_gpu: float
+    max_num_seqs: int
+    max_context_for_num_seqs: int
+    fits: bool
+    fits_reason: str
+    fits_on: str
+
+
+def _placement(row_bytes: float, replicated: float, group: str, serving: ServingConfig) -> str:
+    if replicated >= row_bytes * 0.999:
+        return "replicated" if serving.tp > 1 else "whole"
+    if replicated > 0:
+        return "mixed"
+    if group == "routed_experts" and serving.ep > 1:
+        return "EP-sharded"
+    return "TP-sharded" if serving.tp > 1 else "whole"
+
+
+def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(arguments)") -> None:
+    """Cross-checks between a model and a serving config; raises SpecError naming the field."""
+
+    def fail(field: str, reason: str) -> None:
+        raise SpecError(source, f"serving.{field}", reason)
+
+    heads = card.num_attention_heads
+    if heads and heads % serving.tp:
+        fail("tp", f"tp {serving.tp} does not divide the {heads} attention heads of {card.name}")
+    if card.gqa is not None:
+        kv = card.gqa.num_kv_heads
+        if kv % serving.tp and serving.tp % kv:
+            fail("tp", f"tp {serving.tp} and the {kv} KV heads of {card.name} do not divide")
+    la = card.linear_attention
+    if la is not None:
+        for n, what in ((la.num_v_heads, "value"), (la.num_k_heads, "key")):
+            if n % serving.tp:
+                fail("tp", f"tp {serving.tp} does not divide the {n} {la.kind} {what} heads")
+    if serving.ep > 1:
+        if card.moe is None:
+            fail("ep", f"{card.name} has no experts to place with expert parallelism")
+        elif card.moe.num_experts % serving.ep:
+            fail("ep", f"ep {serving.ep} does not divide the {card.moe.num_experts} experts")
+    if serving.dcp > 1 and not any(k in FULL_ATTENTION_KINDS for k in card.layer_kinds):
+        fail("dcp", f"{card.name} has no full-attention layers to shard with DCP")
+    if serving.kv_cache_dtype in ("fp8_ds_mla", "nvfp4_ds_mla") and card.mla is None:
+        fail("kv_cache_dtype", f"{serving.kv_cache_dtype} needs MLA layers; {card.name} has none")
+    groups = card.required_groups()
+    for group in serving.weight_precision:
+        if group not in groups:
+            fail(f"weight_precision.{group}", f"{card.name} has no {group} weights")
+    spec = serving.speculative
+    if spec is not None and spec.method == "mtp" and card.mtp_layers == 0:
+        fail("speculative.method", f"{card.name} has no MTP layers (num_nextn_predict_layers 0)")
+
+
+def check_device(
+    serving: ServingConfig, device: HardwareProfile, source: str = "(arguments)"
+) -> None:
+    domain = device.scale_up.domain_size if device.scale_up is not None else 1
+    if serving.tp > domain:
+        raise SpecError(
+            source,
+            "serving.tp",
+            f"tp {serving.tp} exceeds the scale-up domain of {device.name} ({domain} GPUs)",
+        )
+
+
+def plan_memory(
+    card: ModelCard,
+    device: HardwareProfile,
+    serving: ServingConfig,
+    context_tokens: int,
+    num_seqs: int = 1,
+    devices: list[HardwareProfile] | None = None,
+) -> MemoryReport:
+    """The memory report of ``card`` on ``device`` deployed as ``serving`` (checks first)."""
+    check_deployment(card, serving)
+    check_device(serving, device)
+    groups = weights_per_gpu(card, serving)
+    weight_total = sum(g.bytes_per_gpu for g in groups)
+    budget = serving.gpu_memory_utilization * device.usable_memory_bytes
+    activations = activation_reserve_bytes(card, serving, device)
+    if serving.kv_cache_memory_bytes is not None:
+        kv_bytes = serving.kv_cache_memory_bytes
+    else:
+        kv_bytes = budget - weight_total - activations - serving.runtime_reserve_bytes
+    layout = kv_layout(card, serving)
+    num_blocks = max(int(kv_bytes // layout.bytes_per_block), 0) if kv_bytes > 0 else 0
+    per_seq_blocks = blocks_per_seq(layout, serving, context_tokens)
+    max_seqs = num_blocks // per_seq_blocks if per_seq_blocks else 0
+
+    kinds = card.layer_kinds
+    full_per_token = (
+        sum(
+            attention_bytes_per_token_per_layer(card, serving, k)
+            for k in kinds
+            if k in FULL_ATTENTION_KINDS
+        )
+        / serving.dcp
+    )
+    swa_layers = sum(1 for k in kinds if k == "swa")
+    swa_per_seq = 0.0
+    if swa_layers and layout.sliding_window_tokens is not None:
+        swa_per_seq = (
+            swa_layers
+            * attention_bytes_per_token_per_layer(card, serving, "swa")
+            * min(context_tokens, layout.sliding_window_tokens)
+        )
+    linear_layers = sum(1 for k in kinds if k in LINEAR_KINDS)
+    state_per_seq = linear_layers * state_bytes_per_layer(card, serving) if linear_layers else 0.0
+    state_pages = (2 if serving.enable_prefix_caching else 1) + serving.num_speculative_tokens
+    n_mamba = layout.count("mamba")
+    n_full = layout.count("full")
+    kv_capacity = num_blocks * layout.block_size_tokens * serving.dcp // n_full if n_full else 0
+    max_tokens_limit, max_num_seqs = batch_limits(device, serving)
+    del max_tokens_limit
+
+    fits, reason = True, "fits"
+    if weight_total > budget:
+        fits, reason = False, "weights exceed gpu_memory_utilization x usable memory"
+    elif kv_bytes <= 0:
+        fits, reason = False, "no memory left for the KV cache after weights and reserves"
+    elif num_seqs * per_seq_blocks > num_blocks:
+        fits = False
+        reason = f"KV cache holds {max_seqs} sequences of {context_tokens} tokens, not {num_seqs}"
+
+    return MemoryReport(
+        model=card.name,
+        device=device.name,
+        tp=serving.tp,
+        dp=serving.dp,
+        ep=serving.ep,
+        dcp=serving.dcp,
+        kv_cache_dtype=serving.kv_cache_dtype,
+        context_tokens=context_tokens,
+        num_seqs=num_seqs,
+        usable_memory_bytes=device.usable_memory_bytes,
+        budget_bytes_per_gpu=budget,
+        weight_bytes_per_gpu=weight_total,
+        weight_groups=[
+            WeightGroupRow(
+                group=g.group,
+                precision=g.precision,
+                params_per_gpu=g.params_per_gpu,
+                bytes_per_gpu=g.bytes_per_gpu,
+                replicated_bytes_per_gpu=g.replicated_bytes_per_gpu,
+                placement=_placement(g.bytes_per_gpu, g.replicated_bytes_per_gpu, g.group, serving),
+            )
+            for g in groups
+        ],
+        activation_reserve_bytes_per_gpu=activations,
+        runtime_reserve_bytes_per_gpu=serving.runtime_reserve_bytes,
+        kv_cache_bytes_per_gpu=kv_bytes,
+        kv_bytes_per_token_per_gpu=full_per_token,
+        kv_bytes_per_seq_per_gpu=full_per_token * context_tokens,
+        swa_kv_bytes_per_seq_per_gpu=swa_per_seq,
+        state_bytes_per_seq_per_gpu=state_per_seq,
+        state_pool_bytes_per_seq_per_gpu=n_mamba * state_pages * layout.bytes_per_block,
+        block_size_tokens=layout.block_size_tokens,
+        bytes_per_block=layout.bytes_per_block,
+        num_kv_groups=len(layout.groups),
+        kv_group_kinds=[g.kind for g in layout.groups],
+        state_pages_per_seq=n_mamba * state_pages,
+        num_blocks=num_blocks,
+        kv_capacity_tokens=int(kv_capacity),
+        blocks_per_seq=per_seq_blocks,
+        max_seqs_at_context=max_seqs,
+        max_seqs_at_context_per_gpu=max_seqs / serving.gpus_per_replica,
+        max_num_seqs=max_num_seqs,
+        max_context_for_num_seqs=max_context_for(layout, serving, num_blocks, num_seqs, card),
+        fits=fits,
+        fits_reason=reason,
+        fits_on=fits_on(card, serving, devices or [device]),
+    )
+
+
+def max_context_for(
+    layout: KvLayout, serving: ServingConfig, num_blocks: int, num_seqs: int, card: ModelCard
+) -> int:
+    """Longest context (tokens) at which ``num_seqs`` sequences fit, capped at the model's."""
+    limit = card.max_context_tokens
+    if num_seqs * blocks_per_seq(layout, serving, 1) > num_blocks:
+        return 0
+    if num_seqs * blocks_per_seq(layout, serving, limit) <= num_blocks:
+        return limit
+    lo, hi = 1, limit  # blocks_per_seq is monotone in context: bisect
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if num_seqs * blocks_per_seq(layout, serving, mid) <= num_blocks:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _weights_fit(card: ModelCard, serving: ServingConfig, device: HardwareProfile) -> bool:
+    weight_total = sum(g.bytes_per_gpu for g in weights_per_gpu(card, serving))
+    budget = serving.gpu_memory_utilization * device.usable_memory_bytes
+    reserve = activation_reserve_bytes(card, serving, device) + serving.runtime_reserve_bytes
+    return weight_total + reserve < budget
+
+
+def fits_on(card: ModelCard, serving: ServingConfig, devices: list[HardwareProfile]) -> str:
+    """The smallest listed device that holds the model alone (weights + reserves) on one GPU,
+    else how many GPUs of the largest listed device it takes under TP (and EP if enabled)."""
+    ordered = sorted(devices, key=lambda d: (d.usable_memory_bytes, d.name))
+    single = serving.model_copy(update={"tp": 1, "dp": 1, "ep": 1, "dcp": 1})
+    for device in ordered:
+        if _weights_fit(card, single, device):
+            return f"1x {device.name}"
+    largest = ordered[-1]
+    tp = 2
+    while tp <= 512:
+        trial = serving.model_copy(
+            update={"tp": tp, "dp": 1, "ep": tp if serving.ep > 1 else 1, "dcp": 1}
+        )
+        try:
+            check_deployment(card, trial)
+        except SpecError:
+            tp *= 2
+            continue
+        if _weights_fit(card, trial, largest):
+            return f"{tp}x {largest.name}"
+        tp *= 2
+    return f"more than 512x {largest.name}"

@@ -1,0 +1,229 @@
+"""`plan` end to end through Typer's CliRunner: good runs, and bad input -> one line + exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simulator import catalog
+from simulator.cli import app
+
+runner = CliRunner()
+
+
+def plan(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+# ----------------------------------------------------------------------------- good runs
+
+
+def test_memory_json_has_the_documented_keys() -> None:
+    code, stdout, _ = plan(
+        "memory", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8",
+        "--context", "142000", "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(stdout)
+    for key in (
+        "weight_bytes_per_gpu", "kv_bytes_per_token_per_gpu", "kv_bytes_per_seq_per_gpu",
+        "state_bytes_per_seq_per_gpu", "kv_cache_bytes_per_gpu", "max_seqs_at_context",
+        "fits", "fits_on",
+    ):  # fmt: skip
+        assert key in data, key
+    assert data["fits"] is True
+    assert data["kv_bytes_per_seq_per_gpu"] == data["kv_bytes_per_token_per_gpu"] * 142_000
+
+
+def test_memory_compares_devices_and_dcp() -> None:
+    code, stdout, _ = plan(
+        "memory", "--model", "kimi-k3", "--device", "mi355x", "--device", "h200",
+        "--tp", "8", "--dcp", "1", "--dcp", "8", "--context", "142000", "--json",
+    )  # fmt: skip
+    assert code == 0
+    rows = json.loads(stdout)
+    assert [(r["device"], r["dcp"]) for r in rows] == [
+        ("mi355x", 1), ("mi355x", 8), ("h200", 1), ("h200", 8),
+    ]  # fmt: skip
+    by = {(r["device"], r["dcp"]): r for r in rows}
+    assert not by["h200", 1]["fits"]
+    assert by["mi355x", 8]["max_seqs_at_context"] > by["mi355x", 1]["max_seqs_at_context"]
+
+
+def test_memory_table_and_demo_print() -> None:
+    code, stdout, _ = plan("memory", "--model", "kimi-linear-48b-a3b", "--device", "h200")
+    assert code == 0
+    assert "block size" in stdout
+    assert "fits" in stdout
+    code, stdout, _ = plan("demo")
+    assert code == 0
+    for name in ("mi355x", "b300", "gb300", "h200"):
+        assert name in stdout
+
+
+def test_serving_file_with_flags_on_top(tmp_path: Path) -> None:
+    f = tmp_path / "serving.yaml"
+    f.write_text("tp: 8\nkv_cache_dtype: fp8\ngpu_memory_utilization: 0.9\n")
+    code, stdout, _ = plan(
+        "memory", "--model", "deepseek-v3", "--device", "b200", "--serving", str(f),
+        "--dcp", "2", "--json",
+    )  # fmt: skip
+    assert code == 0, stdout
+    data = json.loads(stdout)
+    assert (data["tp"], data["dcp"], data["kv_cache_dtype"]) == (8, 2, "fp8")
+    assert data["kv_bytes_per_token_per_gpu"] == 35_136 / 2
+
+
+def test_profiles_list_show_schema() -> None:
+    code, stdout, _ = plan("profiles", "list", "--json")
+    assert code == 0
+    listed = json.loads(stdout)
+    assert listed["devices"] == catalog.device_names()
+    assert "kimi-k3" in listed["models"]
+    code, stdout, _ = plan("profiles", "show", "mi355x")
+    assert code == 0
+    assert "sources" in stdout
+    code, stdout, _ = plan("profiles", "show", "kimi-k3", "--json")
+    assert json.loads(stdout)["layers"]["count"] == 93
+    code, stdout, _ = plan("profiles", "schema", "serving-config")
+    assert code == 0
+    assert "max_num_batched_tokens" in json.loads(stdout)["properties"]
+    code, stdout, _ = plan("profiles", "list")
+    assert code == 0
+    assert "Cost models" in stdout
+
+
+def test_models_import_round_trips(tmp_path: Path, shared_data: Path) -> None:
+    config = shared_data / "model_configs/hf/moonshotai--Kimi-K3_config.json"
+    out = tmp_path / "k3.yaml"
+    code, _, _ = plan("models", "import", str(config), "--name", "k3", "--out", str(out))
+    assert code == 0
+    code, stdout, _ = plan(
+        "memory", "--model", str(out), "--device", "mi355x", "--tp", "8", "--json"
+    )
+    assert code == 0
+    mine = json.loads(stdout)
+    _, stdout, _ = plan("memory", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8", "--json")
+    assert mine["weight_bytes_per_gpu"] == json.loads(stdout)["weight_bytes_per_gpu"]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def _broken_card(tmp_path: Path, **changes: object) -> str:
+    data = catalog.model_card("llama-3.3-70b").model_dump(mode="json")
+    data.update(changes)
+    return _write(tmp_path, "card.yaml", yaml.safe_dump(data))
+
+
+def _broken_profile(tmp_path: Path, **changes: object) -> str:
+    data = catalog.hardware_profile("h200").model_dump(mode="json")
+    for k, v in changes.items():
+        if v is None:
+            data.pop(k)
+        else:
+            data[k] = v
+    return _write(tmp_path, "gpu.yaml", yaml.safe_dump(data))
+
+
+MEM = ["memory", "--model", "kimi-k3", "--device", "mi355x"]
+
+# (id, builder(tmp_path) -> argv, file expected in the message, field expected in the message)
+BAD_CASES = [
+    ("wrong-type", lambda t: [*MEM, "--serving", _write(t, "s.yaml", "tp: eight\n")],
+     "s.yaml", "serving.tp"),
+    ("unknown-field", lambda t: [*MEM, "--serving", _write(t, "s.yaml", "tpp: 8\n")],
+     "s.yaml", "serving.tpp"),
+    ("negative-size", lambda t: [*MEM, "--serving", _write(t, "s.yaml", "cpu_offload_bytes: -1\n")],
+     "s.yaml", "serving.cpu_offload_bytes"),
+    ("utilization-above-1", lambda t: [*MEM, "--gpu-memory-utilization", "1.5"],
+     "(arguments)", "serving.gpu_memory_utilization"),
+    ("dcp-not-dividing-tp", lambda t: [*MEM, "--tp", "8", "--dcp", "3"],
+     "(arguments)", "serving.dcp"),
+    ("ep-not-world", lambda t: [*MEM, "--tp", "8", "--ep", "4"], "(arguments)", "serving.ep"),
+    ("tp-not-dividing-heads", lambda t: [*MEM, "--tp", "5"], "(arguments)", "serving.tp"),
+    ("tp-zero", lambda t: [*MEM, "--tp", "0"], "(arguments)", "serving.tp"),
+    ("tp-beyond-scale-up", lambda t: [*MEM, "--tp", "16"], "(arguments)", "serving.tp"),
+    ("unknown-device", lambda t: ["memory", "--model", "kimi-k3", "--device", "tpu9"],
+     "(arguments)", "device"),
+    ("unknown-model", lambda t: ["memory", "--model", "gpt-9", "--device", "h200"],
+     "(arguments)", "model"),
+    ("unknown-kv-dtype", lambda t: [*MEM, "--kv-cache-dtype", "fp7"],
+     "(arguments)", "serving.kv_cache_dtype"),
+    ("ds-mla-on-gqa", lambda t: ["memory", "--model", "llama-3.3-70b", "--device", "h200",
+                                 "--kv-cache-dtype", "fp8_ds_mla"],
+     "(arguments)", "serving.kv_cache_dtype"),
+    ("context-zero", lambda t: [*MEM, "--context", "0"], "(arguments)", "context"),
+    ("invalid-yaml", lambda t: [*MEM, "--serving", _write(t, "s.yaml", "tp: [8\n")],
+     "s.yaml", "line"),
+    ("yaml-not-mapping", lambda t: [*MEM, "--serving", _write(t, "s.yaml", "- 8\n")],
+     "s.yaml", "serving"),
+    ("missing-file", lambda t: [*MEM, "--serving", str(t / "nope.yaml")], "nope.yaml", "(file)"),
+    ("both-acceptances", lambda t: [*MEM, "--serving", _write(t, "s.yaml",
+        "speculative: {method: eagle, num_speculative_tokens: 2, acceptance_rate: 0.7,"
+        " mean_acceptance_length: 2}\n")], "s.yaml", "serving.speculative"),
+    ("unknown-precision", lambda t: [*MEM, "--serving", _write(t, "s.yaml",
+        "weight_precision: {attention: int3}\n")], "s.yaml", "serving.weight_precision.attention"),
+    ("precision-for-missing-group", lambda t: [
+        "memory", "--model", "llama-3.3-70b", "--device", "h200", "--serving",
+        _write(t, "s.yaml", "weight_precision: {routed_experts: mxfp4}\n")],
+     "s.yaml", "serving.weight_precision.routed_experts"),
+    ("mtp-without-mtp-layers", lambda t: [*MEM, "--serving", _write(t, "s.yaml",
+        "speculative: {method: mtp, num_speculative_tokens: 1, acceptance_rate: 0.8}\n")],
+     "s.yaml", "serving.speculative.method"),
+    ("card-negative-hidden", lambda t: ["memory", "--model", _broken_card(t, hidden_size=-1),
+                                        "--device", "h200"], "card.yaml", "hidden_size"),
+    ("card-layers-not-partition", lambda t: [
+        "memory", "--model", _broken_card(t, layers={"count": 80, "mixers": {"gqa": [1, 2]}}),
+        "--device", "h200"], "card.yaml", "layers"),
+    ("card-unknown-field", lambda t: ["memory", "--model", _broken_card(t, experts=3),
+                                      "--device", "h200"], "card.yaml", "experts"),
+    ("profile-missing-source", lambda t: [
+        "memory", "--model", "llama-3.3-70b", "--device",
+        _broken_profile(t, sources={"memory_bytes": "x"})], "gpu.yaml", "sources"),
+    ("profile-negative-bandwidth", lambda t: [
+        "memory", "--model", "llama-3.3-70b", "--device",
+        _broken_profile(t, memory_bw_bytes_per_s=-4.8e12)], "gpu.yaml", "memory_bw_bytes_per_s"),
+    ("profile-missing-field", lambda t: [
+        "memory", "--model", "llama-3.3-70b", "--device", _broken_profile(t, power_w=None)],
+     "gpu.yaml", "power_w"),
+    ("import-invalid-json", lambda t: ["models", "import", _write(t, "c.json", "{not json")],
+     "c.json", "(file)"),
+    ("import-unknown-family", lambda t: ["models", "import", _write(
+        t, "c.json", '{"model_type": "bert", "hidden_size": 8}')], "c.json", "model_type"),
+    ("show-unknown", lambda t: ["profiles", "show", "tpu9"], "(arguments)", "name"),
+    ("schema-unknown", lambda t: ["profiles", "schema", "widget"], "(arguments)", "kind"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "file", "field"), [c[1:] for c in BAD_CASES],
+                         ids=[c[0] for c in BAD_CASES])  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(build, file, field, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code, stdout, stderr = plan(*build(tmp_path))
+    assert code == 2, (stdout, stderr)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    assert file in lines[0], lines[0]
+    assert field in lines[0], lines[0]
+    assert "Traceback" not in stdout + stderr
+
+
+def test_usage_errors_end_in_one_error_line() -> None:
+    code, _, stderr = plan("memory", "--model", "kimi-k3", "--device", "h200", "--tp", "x")
+    assert code == 2
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1
+    assert "'--tp'" in errors[0]
+    assert "integer" in errors[0]
