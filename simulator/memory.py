@@ -261,13 +261,13 @@ class MemoryReport(Frozen):
 
 
 def _placement(row_bytes: float, replicated: float, group: str, serving: ServingConfig) -> str:
+    if serving.tp == 1 and serving.ep == 1:
+        return "whole"
     if replicated >= row_bytes * 0.999:
-        return "replicated" if serving.tp > 1 else "whole"
+        return "replicated"
     if replicated > 0:
         return "mixed"
-    if group == "routed_experts" and serving.ep > 1:
-        return "EP-sharded"
-    return "TP-sharded" if serving.tp > 1 else "whole"
+    return "EP-sharded" if group == "routed_experts" and serving.ep > 1 else "TP-sharded"
 
 
 def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(arguments)") -> None:
