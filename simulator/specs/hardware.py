@@ -55,6 +55,7 @@ class RooflinePriors(Frozen):
     gemm_compute_efficiency: float = Field(gt=0, le=1)
     attention_compute_efficiency: float = Field(gt=0, le=1)
     memory_efficiency: float = Field(gt=0, le=1)
+    link_efficiency: float = Field(gt=0, le=1)  # collectives: achieved / peak link bandwidth
     kernel_launch_s: float = Field(ge=0)
     cpu_step_overhead_s: float = Field(ge=0)  # scheduler + input prep per engine step
 
