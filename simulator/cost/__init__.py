@@ -1,0 +1,1 @@
+"""Step cost model: ops with FLOPs and bytes, latency models, collectives, step time."""

@@ -1,0 +1,241 @@
+"""Latency models: roofline priors from the hardware profile, or models fitted to measurements.
+
+Compute ops:  t = smoothmax(F / (peak x e_c), B / (bw x e_m); p) + kernels x launch
+  prior:  e_c, e_m, launch from ``profile.roofline``, p = inf (a hard max)
+  fitted: e_c, e_m, launch, p fitted per op class (``hardware_profiles/<dev>/latency_models.json``)
+Collectives (alpha-beta, per link):
+  prior:  allreduce = min(ring 2(n-1) a + 2(n-1)/n S/bw, one-shot a + (n-1) S/bw)
+          allgather / reducescatter = (n-1) a + (n-1) S/bw  (S = one rank's shard)
+          alltoall = a + (n-1)/n S/bw  (S = bytes one rank sends)
+  fitted: t = alpha_n + beta_n S per world size n.
+
+Every fitted model carries the range of its training data; queries outside are still answered
+and counted in ``LatencyModels.extrapolations``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import Field, ValidationError
+
+from hardware_profiles import PROFILES_DIR
+from simulator.cost.ops import COLLECTIVE_CLASSES, OpClass
+from simulator.specs.frozen import Frozen
+from simulator.specs.hardware import HardwareProfile
+from simulator.specs.loading import SpecError, first_error
+
+Array = NDArray[np.float64]
+SCHEMA_VERSION = 1
+
+
+class RooflineParams(Frozen):
+    compute_efficiency: float = Field(gt=0)
+    memory_efficiency: float = Field(gt=0)
+    launch_s: float = Field(ge=0)
+    sharpness: float = Field(default=float("inf"), ge=1)  # p of the smooth max; inf = max
+
+
+class AlphaBeta(Frozen):
+    alpha_s: float = Field(ge=0)
+    beta_s_per_byte: float = Field(ge=0)
+
+
+class FitError(Frozen):
+    n: int = Field(ge=1)
+    median_ape: float = Field(ge=0)  # absolute percentage error, in percent
+    max_ape: float = Field(ge=0)
+
+
+class Measurements(Frozen):
+    file: str
+    sha256: str
+    rows: int
+
+
+class FittedModel(Frozen):
+    op_class: OpClass
+    form: Literal["roofline", "alpha_beta"]
+    roofline: RooflineParams | None = None
+    alpha_beta: dict[int, AlphaBeta] | None = None  # by world size
+    flops_range: tuple[float, float] | None = None
+    bytes_range: tuple[float, float]
+    fit_error: FitError  # on the training rows; held-out errors come from `plan validate ops`
+    measurements: Measurements
+
+
+class LatencyModelFile(Frozen):
+    schema_version: Literal[1] = 1
+    device: str
+    description: str
+    models: list[FittedModel]
+
+
+def smooth_max(a: Array, b: Array, p: float) -> Array:
+    if np.isinf(p):
+        return np.maximum(a, b)
+    hi = np.maximum(np.maximum(a, b), 1e-30)
+    return hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+
+
+def roofline_seconds(
+    params: RooflineParams,
+    flops: Array,
+    bytes_moved: Array,
+    peak_flops_per_s: Array,
+    bw_bytes_per_s: float,
+    kernels: Array,
+) -> Array:
+    compute = flops / (peak_flops_per_s * params.compute_efficiency)
+    memory = bytes_moved / (bw_bytes_per_s * params.memory_efficiency)
+    return smooth_max(compute, memory, params.sharpness) + kernels * params.launch_s
+
+
+def collective_prior_seconds(
+    op_class: str, bytes_per_rank: Array, world: Array, bw_bytes_per_s: float, alpha_s: float
+) -> Array:
+    n = np.asarray(world, dtype=np.float64)
+    s = np.asarray(bytes_per_rank, dtype=np.float64)
+    if op_class == "allreduce":
+        ring = 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * s / bw_bytes_per_s
+        one_shot = alpha_s + (n - 1) * s / bw_bytes_per_s
+        t = np.minimum(ring, one_shot)
+    elif op_class in ("allgather", "reducescatter"):
+        t = (n - 1) * alpha_s + (n - 1) * s / bw_bytes_per_s
+    elif op_class == "alltoall":
+        t = alpha_s + (n - 1) / n * s / bw_bytes_per_s
+    else:
+        raise ValueError(f"not a collective: {op_class}")
+    return np.where(n > 1, t, 0.0)
+
+
+class LatencyModels:
+    """Answers 'how long does this op take on this device', preferring fitted models."""
+
+    def __init__(self, profile: HardwareProfile, fitted: LatencyModelFile | None = None) -> None:
+        self.profile = profile
+        self.fitted: dict[str, FittedModel] = {
+            m.op_class: m for m in (fitted.models if fitted else [])
+        }
+        self.extrapolations: Counter[str] = Counter()
+        self.queries: Counter[str] = Counter()
+        r = profile.roofline
+        launch = r.kernel_launch_s
+        self._priors: dict[str, RooflineParams] = {}
+        for cls, eff in (
+            ("gemm", r.gemm_compute_efficiency),
+            ("moe", r.gemm_compute_efficiency),
+            ("mla_decode", r.attention_compute_efficiency),
+            ("mla_prefill", r.attention_compute_efficiency),
+            ("attn_decode", r.attention_compute_efficiency),
+            ("attn_prefill", r.attention_compute_efficiency),
+            ("kda_prefill", r.attention_compute_efficiency),
+            ("kda_decode", r.attention_compute_efficiency),
+            ("elementwise", r.attention_compute_efficiency),
+        ):
+            self._priors[cls] = RooflineParams(
+                compute_efficiency=eff, memory_efficiency=r.memory_efficiency, launch_s=launch
+            )
+
+    @classmethod
+    def for_device(cls, profile: HardwareProfile, use_fitted: bool = True) -> LatencyModels:
+        """Priors plus ``hardware_profiles/<name>/latency_models.json`` when it exists."""
+        path = PROFILES_DIR / profile.name / "latency_models.json"
+        fitted = load_latency_models(path) if use_fitted and path.exists() else None
+        return cls(profile, fitted)
+
+    def source(self, op_class: str) -> str:
+        return "fitted" if op_class in self.fitted else "prior"
+
+    def prior_params(self, op_class: str) -> RooflineParams:
+        return self._priors[op_class]
+
+    def compute_seconds(
+        self,
+        op_class: str,
+        flops: Array,
+        bytes_moved: Array,
+        peak_flops_per_s: Array,
+        kernels: Array,
+        prior: bool = False,
+    ) -> Array:
+        model = None if prior else self.fitted.get(op_class)
+        if model is not None and model.roofline is not None:
+            self._count(op_class, model, flops, bytes_moved)
+            params = model.roofline
+        else:
+            self.queries[op_class] += int(np.size(flops))
+            params = self._priors[op_class]
+        bw = self.profile.memory_bw_bytes_per_s
+        return roofline_seconds(params, flops, bytes_moved, peak_flops_per_s, bw, kernels)
+
+    def collective_seconds(
+        self, op_class: str, bytes_per_rank: Array, world: Array, prior: bool = False
+    ) -> Array:
+        model = None if prior else self.fitted.get(op_class)
+        s = np.asarray(bytes_per_rank, dtype=np.float64)
+        n = np.asarray(world, dtype=np.float64)
+        prior_t = self._collective_prior(op_class, s, n)
+        if model is None or model.alpha_beta is None:
+            self.queries[op_class] += int(np.size(s))
+            return prior_t
+        self._count(op_class, model, None, s)
+        t = prior_t.copy() if isinstance(prior_t, np.ndarray) else np.asarray(prior_t)
+        t = np.broadcast_to(t, np.broadcast(s, n).shape).copy()
+        s_b, n_b = np.broadcast_arrays(s, n)
+        for world_size, ab in model.alpha_beta.items():
+            sel = n_b == world_size
+            t[sel] = ab.alpha_s + ab.beta_s_per_byte * s_b[sel]
+        unfitted = (n_b > 1) & ~np.isin(n_b, list(model.alpha_beta))
+        self.extrapolations[op_class] += int(np.count_nonzero(unfitted))
+        return t
+
+    def _collective_prior(self, op_class: str, s: Array, n: Array) -> Array:
+        link = self.profile.scale_up
+        if link is None:  # a PCIe card: collectives cross the host link
+            bw, alpha = self.profile.host_link.bw_bytes_per_s, self.profile.host_link.latency_s
+        else:
+            bw, alpha = link.bw_bytes_per_s, link.latency_s
+        bw *= self.profile.roofline.link_efficiency
+        return collective_prior_seconds(op_class, s, n, bw, alpha)
+
+    def _count(
+        self, op_class: str, model: FittedModel, flops: Array | None, bytes_moved: Array
+    ) -> None:
+        b = np.asarray(bytes_moved)
+        self.queries[op_class] += int(b.size)
+        lo, hi = model.bytes_range
+        outside = (b < lo * 0.999) | (b > hi * 1.001)
+        if flops is not None and model.flops_range is not None:
+            f = np.asarray(flops)
+            flo, fhi = model.flops_range
+            outside = outside | (f < flo * 0.999) | (f > fhi * 1.001)
+        self.extrapolations[op_class] += int(np.count_nonzero(outside))
+
+
+def load_latency_models(path: str | Path) -> LatencyModelFile:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(p, "(file)", "no such file") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(p, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+    try:
+        return LatencyModelFile.model_validate(data)
+    except ValidationError as exc:
+        raise first_error(exc, p) from None
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def is_collective(op_class: str) -> bool:
+    return op_class in COLLECTIVE_CLASSES
