@@ -125,6 +125,8 @@ class LatencyModels:
         }
         self.extrapolations: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()
+        self._param_cache: dict[str, tuple[float, float, float, float]] = {}
+        self._param_arrays: dict[tuple[str, ...], Array] = {}
         r = profile.roofline
         launch = r.kernel_launch_s
         self._priors: dict[str, RooflineParams] = {}
@@ -156,6 +158,51 @@ class LatencyModels:
     def prior_params(self, op_class: str) -> RooflineParams:
         return self._priors[op_class]
 
+    def _params(self, op_class: str) -> tuple[float, float, float, float]:
+        cached = self._param_cache.get(op_class)
+        if cached is None:
+            model = self.fitted.get(op_class)
+            p = model.roofline if model is not None and model.roofline is not None else None
+            p = p or self._priors[op_class]
+            cached = (p.compute_efficiency, p.memory_efficiency, p.launch_s, p.sharpness)
+            self._param_cache[op_class] = cached
+        return cached
+
+    def compute_seconds_mixed(
+        self,
+        op_classes: list[str],
+        flops: Array,
+        bytes_moved: Array,
+        peak_flops_per_s: Array,
+        kernels: Array,
+    ) -> Array:
+        """Like ``compute_seconds`` for ops of different classes in one vectorised pass."""
+        key = tuple(op_classes)
+        params = self._param_arrays.get(key)
+        if params is None:
+            params = np.array([self._params(c) for c in op_classes])
+            self._param_arrays[key] = params
+        for cls in self.fitted.keys() & set(op_classes):
+            sel = np.array([c == cls for c in op_classes])
+            self._count(cls, self.fitted[cls], flops[sel], bytes_moved[sel])
+        if not self.fitted:
+            self.queries.update(op_classes)
+        else:
+            for cls in set(op_classes) - self.fitted.keys():
+                self.queries[cls] += op_classes.count(cls)
+        compute = flops / (peak_flops_per_s * params[:, 0])
+        memory = bytes_moved / (self.profile.memory_bw_bytes_per_s * params[:, 1])
+        sharp = params[:, 3]
+        hard = np.isinf(sharp)
+        both = np.maximum(compute, memory)
+        if not hard.all():
+            p = np.where(hard, 1.0, sharp)
+            hi = np.maximum(both, 1e-30)
+            soft = hi * ((compute / hi) ** p + (memory / hi) ** p) ** (1.0 / p)
+            both = np.where(hard, both, soft)
+        out: Array = both + kernels * params[:, 2]
+        return out
+
     def compute_seconds(
         self,
         op_class: str,
@@ -174,6 +221,38 @@ class LatencyModels:
             params = self._priors[op_class]
         bw = self.profile.memory_bw_bytes_per_s
         return roofline_seconds(params, flops, bytes_moved, peak_flops_per_s, bw, kernels)
+
+    def collective_seconds_mixed(
+        self, op_classes: list[str], bytes_per_rank: list[float], world: list[float]
+    ) -> list[float]:
+        """``collective_seconds`` for a handful of collectives of mixed kinds (scalar path:
+        a step has only a few, where numpy's per-call overhead would dominate)."""
+        link = self.profile.scale_up or self.profile.host_link
+        bw = link.bw_bytes_per_s * self.profile.roofline.link_efficiency
+        a = link.latency_s
+        out = []
+        for cls, s, n in zip(op_classes, bytes_per_rank, world, strict=True):
+            self.queries[cls] += 1
+            model = self.fitted.get(cls)
+            ab = model.alpha_beta.get(int(n)) if model is not None and model.alpha_beta else None
+            if ab is not None:
+                lo, hi = model.bytes_range if model is not None else (0.0, np.inf)
+                if not lo * 0.999 <= s <= hi * 1.001:
+                    self.extrapolations[cls] += 1
+                out.append(ab.alpha_s + ab.beta_s_per_byte * s)
+                continue
+            if model is not None and n > 1:
+                self.extrapolations[cls] += 1  # a world size the fit never saw
+            if n <= 1:
+                t = 0.0
+            elif cls == "allreduce":
+                t = min(2 * (n - 1) * a + 2 * (n - 1) / n * s / bw, a + (n - 1) * s / bw)
+            elif cls == "alltoall":
+                t = a + (n - 1) / n * s / bw
+            else:  # allgather, reducescatter
+                t = (n - 1) * a + (n - 1) * s / bw
+            out.append(t)
+        return out
 
     def collective_seconds(
         self, op_class: str, bytes_per_rank: Array, world: Array, prior: bool = False

@@ -10,8 +10,7 @@ section 4, KDA section 6.4, MoE section 7) and vLLM ``v1/metrics/perf.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,8 +56,7 @@ MLA_V = 128
 KDA_CHUNK = 64  # fla chunk_kda chunk size
 
 
-@dataclass(frozen=True)
-class Work:
+class Work(NamedTuple):
     """FLOPs and bytes of one op instance, and how many kernels it launches."""
 
     flops: Num
@@ -69,6 +67,14 @@ class Work:
 def gemm(m: Num, n: Num, k: Num, weight_bytes_per_elem: float) -> Work:
     """Y[m, n] = X[m, k] @ W[k, n]: activations bf16, weights at their storage format."""
     return Work(2.0 * m * n * k, (m * k + m * n) * ACT_BYTES + n * k * weight_bytes_per_elem)
+
+
+def bmm(heads: Num, m: Num, n: Num, k: Num, weight_bytes_per_elem: float) -> Work:
+    """A per-head batched matmul with per-head weights (MLA's absorbed W_UK and W_UV)."""
+    return Work(
+        2.0 * heads * m * n * k,
+        heads * (m * k + m * n) * ACT_BYTES + heads * n * k * weight_bytes_per_elem,
+    )
 
 
 def experts_touched(num_tokens: Num, num_experts: Num, topk: Num, local_experts: Num) -> Num:
@@ -114,6 +120,29 @@ def mla_decode(
     return Work(flops, batch * ctx_tokens * kv_bytes_per_token + q_out)
 
 
+def causal_pairs(seq_len: Num, prefix_len: Num, window: Num = np.inf) -> Num:
+    """(query, key) pairs of causal attention of seq_len new tokens after prefix_len cached ones,
+    each query seeing at most ``window`` keys."""
+    pairs = seq_len * prefix_len + seq_len * (seq_len + 1) / 2.0
+    return np.minimum(pairs, seq_len * window)
+
+
+def mla_prefill_work(
+    kv_tokens: Num, new_tokens: Num, pairs: Num, heads: Num, kv_bytes_per_token: Num
+) -> Work:
+    """MLA prefill summed over requests: up-project all ``kv_tokens`` (prefix + new) latents
+    with kv_b, then flash attention over ``pairs`` (query, key) pairs."""
+    kv_out = heads * (MLA_NOPE + MLA_V)
+    qk_v = MLA_NOPE + MLA_ROPE + MLA_V
+    up_flops = 2.0 * kv_tokens * MLA_KV_LORA * kv_out
+    up_bytes = kv_tokens * (kv_bytes_per_token + kv_out * ACT_BYTES) + (
+        MLA_KV_LORA * kv_out * ACT_BYTES
+    )
+    attn_flops = 2.0 * heads * pairs * qk_v
+    attn_bytes = (kv_tokens * kv_out + new_tokens * heads * qk_v) * ACT_BYTES
+    return Work(up_flops + attn_flops, up_bytes + attn_bytes, kernels=2.0)
+
+
 def mla_prefill(
     batch: Num, seq_len: Num, prefix_len: Num, heads: Num, kv_bytes_per_token: Num
 ) -> Work:
@@ -122,18 +151,13 @@ def mla_prefill(
     The context is re-projected on every chunk (vLLM ``forward_mha``), so cost grows with
     the prefix even when the prefix is cached.
     """
-    total = prefix_len + seq_len
-    kv_out = heads * (MLA_NOPE + MLA_V)
-    up_flops = 2.0 * batch * total * MLA_KV_LORA * kv_out
-    up_bytes = batch * total * (kv_bytes_per_token + kv_out * ACT_BYTES) + (
-        MLA_KV_LORA * kv_out * ACT_BYTES
+    return mla_prefill_work(
+        batch * (prefix_len + seq_len),
+        batch * seq_len,
+        batch * causal_pairs(seq_len, prefix_len),
+        heads,
+        kv_bytes_per_token,
     )
-    pairs = seq_len * prefix_len + seq_len * (seq_len + 1) / 2.0
-    attn_flops = 2.0 * batch * heads * pairs * (MLA_NOPE + MLA_ROPE + MLA_V)
-    attn_bytes = (
-        batch * (total * kv_out + seq_len * heads * (MLA_NOPE + MLA_ROPE + MLA_V)) * (ACT_BYTES)
-    )
-    return Work(up_flops + attn_flops, up_bytes + attn_bytes, kernels=2.0)
 
 
 def attn_decode(
@@ -151,6 +175,22 @@ def attn_decode(
     return Work(flops, kv + 2.0 * batch * queries * heads * head_dim * ACT_BYTES)
 
 
+def attn_prefill_work(
+    kv_tokens: Num,
+    new_tokens: Num,
+    pairs: Num,
+    heads: Num,
+    kv_heads: Num,
+    head_dim: Num,
+    kv_bytes_per_elem: Num = ACT_BYTES,
+) -> Work:
+    """GQA flash attention summed over requests: ``pairs`` (query, key) pairs, ``kv_tokens``
+    keys/values read, ``new_tokens`` queries."""
+    flops = 4.0 * heads * head_dim * pairs
+    kv = kv_tokens * 2.0 * kv_heads * head_dim * kv_bytes_per_elem
+    return Work(flops, kv + 2.0 * new_tokens * heads * head_dim * ACT_BYTES)
+
+
 def attn_prefill(
     batch: Num,
     seq_len: Num,
@@ -165,12 +205,16 @@ def attn_prefill(
 
     With a sliding window each query sees at most ``window`` keys.
     """
-    total = prefix_len + seq_len
-    pairs = seq_len * prefix_len + seq_len * (seq_len + 1) / 2.0
-    pairs = np.minimum(pairs, seq_len * window)
-    flops = 4.0 * batch * heads * head_dim * pairs
-    kv = batch * np.minimum(total, seq_len + window) * 2.0 * kv_heads * head_dim * kv_bytes_per_elem
-    return Work(flops, kv + 2.0 * batch * seq_len * heads * head_dim * ACT_BYTES)
+    kv_tokens = np.minimum(prefix_len + seq_len, seq_len + window)
+    return attn_prefill_work(
+        batch * kv_tokens,
+        batch * seq_len,
+        batch * causal_pairs(seq_len, prefix_len, window),
+        heads,
+        kv_heads,
+        head_dim,
+        kv_bytes_per_elem,
+    )
 
 
 def kda_prefill_flops_per_token_head(dk: Num, dv: Num, chunk: float = KDA_CHUNK) -> Num:

@@ -1,0 +1,188 @@
+"""Step cost model: hand-checked bounds, invariants and the knobs that change a step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator import catalog
+from simulator.cost.latency import (
+    FitError,
+    FittedModel,
+    LatencyModelFile,
+    LatencyModels,
+    Measurements,
+    RooflineParams,
+)
+from simulator.cost.step import StepCostModel, cuda_graph_sizes, shape_of
+from simulator.specs import ServingConfig
+from simulator.weights import weights_per_gpu
+
+
+def model(name: str, device: str, **serving: object) -> StepCostModel:
+    profile = catalog.hardware_profile(device)
+    return StepCostModel(
+        catalog.model_card(name),
+        profile,
+        ServingConfig.model_validate(serving),
+        LatencyModels(profile),  # priors only: the tests must not depend on fitted files
+    )
+
+
+def decode(batch: int, ctx: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.ones(batch, dtype=np.int64), np.full(batch, ctx, dtype=np.int64)
+
+
+def test_breakdown_sums_to_step_time() -> None:
+    m = model("kimi-k3", "mi355x", tp=8)
+    for new, ctx in (decode(1, 1000), decode(64, 50_000), (np.array([4096, 1]), np.array([0, 9]))):
+        cost = m.step(new, ctx, detail=True)
+        assert sum(cost.breakdown_s.values()) == pytest.approx(cost.seconds)
+        assert cost.seconds == max(cost.gpu_s, cost.cpu_s)
+        assert sum(line.seconds for line in cost.lines) == pytest.approx(cost.gpu_s)
+
+
+def test_dense_decode_is_bound_by_streaming_the_weights() -> None:
+    # Llama-3.3-70B, TP1 on H100, one decode over a short context: every weight is read once.
+    m = model("llama-3.3-70b", "h100")
+    profile = m.device
+    weights = sum(g.bytes_per_gpu for g in weights_per_gpu(m.card, m.serving))
+    embedding = m.card.vocab_size * m.card.hidden_size * 2  # a gather reads one row, not all
+    floor = (weights - embedding) / (
+        profile.memory_bw_bytes_per_s * profile.roofline.memory_efficiency
+    )
+    cost = m.step(*decode(1, 100))
+    assert floor < cost.gpu_s < 1.1 * floor
+
+
+def test_large_prefill_is_bound_by_gemm_flops() -> None:
+    m = model("llama-3.3-70b", "h100", tp=8)
+    t = 8192
+    cost = m.step(np.array([t]), np.array([0]), detail=True)
+    gemm_params = 80 * (8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672) / 8
+    peak = m.device.peak_flops_per_s.bf16 * m.device.roofline.gemm_compute_efficiency
+    gemm_s = sum(line.seconds for line in cost.lines if line.op_class == "gemm")
+    assert gemm_s == pytest.approx(2 * t * gemm_params / peak, rel=0.05)
+
+
+def test_decode_batches_pad_to_cuda_graph_sizes() -> None:
+    sizes = cuda_graph_sizes(1024, 1)
+    assert sizes[:5] == [1, 2, 4, 8, 16]
+    assert sizes[-1] == 512
+    m = model("kimi-k3", "mi355x", tp=8)
+    assert m.step(*decode(5, 100)).padded_tokens == 8
+    assert m.step(*decode(250, 100)).padded_tokens == 256
+    assert m.step(np.array([5, 1]), np.array([0, 10])).padded_tokens == 6  # has a prefill
+
+
+def test_dcp_cuts_decode_kv_reads_and_adds_collectives() -> None:
+    base = model("kimi-k3", "mi355x", tp=8).step(*decode(32, 100_000), detail=True)
+    dcp = model("kimi-k3", "mi355x", tp=8, dcp=8).step(*decode(32, 100_000), detail=True)
+
+    def line(cost, name):  # type: ignore[no-untyped-def]
+        return next(x for x in cost.lines if x.name == name)
+
+    assert line(dcp, "mla.decode_attention").bytes < line(base, "mla.decode_attention").bytes / 7
+    assert not any(x.name.startswith("dcp.") for x in base.lines)
+    assert {x.name for x in dcp.lines if x.name.startswith("dcp.")} == {
+        "dcp.q_allgather", "dcp.lse_allgather", "dcp.out_reducescatter",
+    }  # fmt: skip
+    assert dcp.breakdown_s["attention"] < base.breakdown_s["attention"]
+
+
+def test_moe_decode_streams_only_touched_experts() -> None:
+    m = model("kimi-k3", "mi355x", tp=8)
+    one = next(
+        x for x in m.step(*decode(1, 100), detail=True).lines if x.name == "moe.routed_experts"
+    )
+    expert_bytes = 3 * 3584 * 3072 / 8 * 4.25 / 8  # one expert's TP shard in MXFP4
+    touched = 896 * (1 - (1 - 1 / 896) ** 16)
+    assert one.bytes == pytest.approx(touched * expert_bytes, rel=0.01)
+
+
+def test_fused_decode_kernels_remove_fixed_costs() -> None:
+    plain = model("kimi-k3", "gb300", tp=4)
+    fused = model("kimi-k3", "gb300", tp=4, fused_decode_kernels=True)
+    assert fused.step(*decode(1, 8000)).gpu_s < 0.8 * plain.step(*decode(1, 8000)).gpu_s
+    prefill = (np.array([2048]), np.array([0]))
+    assert fused.step(*prefill).seconds == plain.step(*prefill).seconds
+
+
+def test_cpu_overhead_bounds_tiny_steps() -> None:
+    m = model("kimi-linear-48b-a3b", "b200")
+    cost = m.step(*decode(1, 10))
+    assert cost.seconds == m.device.roofline.cpu_step_overhead_s
+    assert cost.breakdown_s["overhead"] > 0
+
+
+def test_speculative_verify_computes_logits_for_every_position() -> None:
+    spec = {"method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}
+    m = model("deepseek-v3", "b200", tp=8, speculative=spec)
+    cost = m.step(np.full(4, 4), np.full(4, 1000), detail=True)
+    head = next(x for x in cost.lines if x.name == "lm_head")
+    assert head.flops == 2 * 16 * (129280 / 8) * 7168  # 4 requests x (1 + K) rows
+    assert m.step(np.full(4, 4), np.full(4, 1000)).padded_tokens == 16
+
+
+def test_fitted_model_replaces_the_prior_and_counts_extrapolations() -> None:
+    profile = catalog.hardware_profile("h100")
+    fitted = LatencyModelFile(
+        device="h100",
+        description="test",
+        models=[
+            FittedModel(
+                op_class="gemm",
+                form="roofline",
+                roofline=RooflineParams(
+                    compute_efficiency=0.35, memory_efficiency=0.41, launch_s=0
+                ),
+                flops_range=(1.0, 1e9),
+                bytes_range=(1.0, 1e6),
+                fit_error=FitError(n=3, median_ape=1.0, max_ape=2.0),
+                measurements=Measurements(file="x.csv", sha256="0" * 64, rows=3),
+            )
+        ],
+    )
+    card, serving = catalog.model_card("llama-3.3-70b"), ServingConfig(tp=8)
+    lat = LatencyModels(profile, fitted)
+    cost = StepCostModel(card, profile, serving, lat).step(*decode(8, 100), detail=True)
+    up = next(x for x in cost.lines if x.name == "mlp.gate_up")
+    expected = max(
+        up.flops / (profile.peak_flops_per_s.bf16 * 0.35),
+        up.bytes / (profile.memory_bw_bytes_per_s * 0.41),
+    )
+    assert up.seconds / up.count == pytest.approx(expected)
+    assert lat.source("gemm") == "fitted"
+    assert lat.source("moe") == "prior"
+    assert lat.extrapolations["gemm"] > 0  # 70B weight matrices exceed the 1 MB range
+
+
+requests = st.lists(
+    st.tuples(st.integers(1, 4096), st.integers(1, 200_000)), min_size=1, max_size=40
+)
+
+
+@given(requests, st.integers(1, 300_000))
+def test_adding_work_never_makes_a_step_faster(reqs: list[tuple[int, int]], extra_ctx: int) -> None:
+    m = model("qwen3.5-397b-a17b", "b300", tp=8)
+    new = np.array([r[0] for r in reqs])
+    ctx = np.array([r[1] for r in reqs])
+    cost = m.step(new, ctx)
+    assert np.isfinite(cost.seconds)
+    assert cost.seconds > 0
+    longer = m.step(new, ctx + extra_ctx)
+    assert longer.gpu_s >= cost.gpu_s * (1 - 1e-9)
+    more = m.step(np.append(new, 1), np.append(ctx, extra_ctx))
+    assert more.gpu_s >= cost.gpu_s * (1 - 1e-9)
+
+
+def test_shape_of_splits_decodes_and_prefills() -> None:
+    s = shape_of(np.array([1, 1, 100, 3]), np.array([10, 0, 50, 7]), decode_query_len=1, window=8)
+    # (1, 0) has no context: a 1-token prompt is a prefill, not a decode
+    assert (s.num_decodes, s.num_prefills) == (1, 3)
+    assert s.decode_kv == 11
+    assert s.decode_kv_window == 8
+    assert s.prefill_tokens == 104
+    assert s.prefill_pairs == 1 + (100 * 50 + 5050) + (3 * 7 + 6)
