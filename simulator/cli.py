@@ -445,6 +445,173 @@ def demo() -> None:
     )
 
 
+# ------------------------------------------------------------------------------ ops, fit, validate
+
+ops_app = _typer("Op latencies: price a CSV of op shapes on a device.")
+validate_app = _typer("Validate models against measurements.")
+app.add_typer(ops_app, name="ops")
+app.add_typer(validate_app, name="validate")
+
+MeasurementsOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--measurements", help="Measurement CSV (shape columns + latency_us); repeatable."
+    ),
+]
+VidurOpt = Annotated[
+    Path | None,
+    typer.Option("--vidur", help="Folder of Vidur's H100 profiling CSVs (vidur_profiling)."),
+]
+
+
+def _measurement_tables(measurements: list[Path] | None, vidur: Path | None) -> list[Any]:
+    from simulator.cost.fit import load_measurements
+    from simulator.cost.vidur import vidur_tables
+
+    tables = load_measurements(measurements or [])
+    if vidur is not None:
+        tables += vidur_tables(vidur)
+    if not tables:
+        raise SpecError("(arguments)", "measurements", "give --measurements and/or --vidur")
+    return tables
+
+
+def _measured_by_class(
+    measurements: list[Path] | None, vidur: Path | None, profile: HardwareProfile
+) -> dict[str, Any]:
+    from simulator.cost.fit import measured_by_class
+
+    tables = _measurement_tables(measurements, vidur)
+    by_class = measured_by_class(tables, profile)
+    if not by_class:
+        files = ", ".join(str(t.file) for t in tables)
+        raise SpecError(files, "(rows)", "no measurement rows")
+    return by_class
+
+
+def _range(lo_hi: tuple[float, float] | None) -> str:
+    return "-" if lo_hi is None else f"{lo_hi[0]:.3g} .. {lo_hi[1]:.3g}"
+
+
+@_command(ops_app, "predict")
+def ops_predict(
+    device: Annotated[str, typer.Option(help="Device profile name or path.")],
+    input_csv: Annotated[
+        Path, typer.Option("--input", help="CSV of op shapes: op, dtype and shape columns.")
+    ],
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Write the CSV here (default: stdout).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add latency_us, source (fitted/prior) and extrapolated to every row of a shape CSV."""
+    from simulator.cost.latency import LatencyModels
+    from simulator.cost.predict import predict_table, read_table, records
+
+    profile = catalog.hardware_profile(device)
+    table = predict_table(
+        read_table(input_csv), profile, input_csv, LatencyModels.for_device(profile)
+    )
+    if output is not None:
+        table.to_csv(output, index=False)
+        typer.echo(f"wrote {output} ({len(table)} rows)", err=True)
+    elif as_json:
+        _print_json(records(table))
+    else:
+        sys.stdout.write(table.to_csv(index=False))
+
+
+@_command(app, "fit")
+def fit(
+    device: Annotated[str, typer.Option(help="Device profile name (the measurements' device).")],
+    measurements: MeasurementsOpt = None,
+    vidur: VidurOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Output JSON (default hardware_profiles/<device>/latency_models.json)."),
+    ] = None,
+) -> None:
+    """Fit one latency model per op class to measurements; write latency_models.json."""
+    from hardware_profiles import PROFILES_DIR
+    from simulator.cost.fit import fit_op_class
+    from simulator.cost.latency import LatencyModelFile
+
+    profile = catalog.hardware_profile(device)
+    by_class = _measured_by_class(measurements, vidur, profile)
+    models = [fit_op_class(cls, m, profile, files) for cls, (m, files) in by_class.items()]
+    sources = sorted({m.measurements.file for m in models})
+    doc = LatencyModelFile(
+        device=profile.name,
+        description=f"plan fit --device {profile.name} on {'; '.join(sources)}",
+        models=models,
+    )
+    path = out or PROFILES_DIR / profile.name / "latency_models.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc.model_dump_json(indent=2) + "\n")
+    t = Table(title=f"Fitted latency models for {profile.name} (training errors)")
+    for col in ("op class", "form", "rows", "median APE %", "max APE %", "FLOPs range",
+                "bytes range"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("op class", "form") else "right")
+    for m in models:
+        t.add_row(
+            m.op_class, m.form, str(m.measurements.rows), f"{m.fit_error.median_ape:.1f}",
+            f"{m.fit_error.max_ape:.1f}", _range(m.flops_range), _range(m.bytes_range),
+        )  # fmt: skip
+    _console().print(t)
+    typer.echo(f"wrote {path}", err=True)
+
+
+@_command(validate_app, "ops")
+def validate_ops(
+    device: Annotated[str, typer.Option(help="Device profile name (the measurements' device).")],
+    measurements: MeasurementsOpt = None,
+    vidur: VidurOpt = None,
+    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validation.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the fold shuffle.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prior vs fitted (k-fold held-out) absolute percentage errors per op class."""
+    import numpy as np
+
+    from simulator.cost.fit import kfold_errors
+
+    if folds < 2:
+        raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    profile = catalog.hardware_profile(device)
+    by_class = _measured_by_class(measurements, vidur, profile)
+    results: list[dict[str, Any]] = []
+    for cls, (m, _) in by_class.items():
+        kf = kfold_errors(cls, m, profile, folds=folds, seed=seed)
+        held = kf.heldout_ape[np.isfinite(kf.heldout_ape)]
+        results.append(
+            {
+                "op_class": cls,
+                "rows": len(m.rows),
+                "prior_median_ape": float(np.median(kf.prior_ape)),
+                "prior_max_ape": float(np.max(kf.prior_ape)),
+                "fitted_heldout_median_ape": float(np.median(held)) if held.size else None,
+                "fitted_heldout_max_ape": float(np.max(held)) if held.size else None,
+            }
+        )
+    if as_json:
+        _print_json({"device": profile.name, "folds": folds, "seed": seed, "op_classes": results})
+        return
+    t = Table(title=f"{profile.name}: absolute percentage error (%), {folds}-fold held-out")
+    for col in ("op class", "rows", "prior median", "prior max", "fitted median", "fitted max"):
+        t.add_column(col, justify="left" if col == "op class" else "right")
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
+    for r in results:
+        t.add_row(
+            str(r["op_class"]), str(r["rows"]), pct(r["prior_median_ape"]),
+            pct(r["prior_max_ape"]), pct(r["fitted_heldout_median_ape"]),
+            pct(r["fitted_heldout_max_ape"]),
+        )  # fmt: skip
+    _console().print(t)
+
+
 def main() -> None:
     """Console entry point (``plan``)."""
     app()
