@@ -530,6 +530,16 @@ def fit(
         Path | None,
         typer.Option(help="Output JSON (default hardware_profiles/<device>/latency_models.json)."),
     ] = None,
+    op_class: Annotated[
+        list[str] | None,
+        typer.Option("--op-class", help="Fit only these op classes (repeatable; default all)."),
+    ] = None,
+    shape_tables: Annotated[
+        bool,
+        typer.Option(
+            help="Keep per-shape GEMM tables (measured medians) next to the roofline fit."
+        ),
+    ] = True,
 ) -> None:
     """Fit one latency model per op class to measurements; write latency_models.json."""
     from hardware_profiles import PROFILES_DIR
@@ -538,7 +548,16 @@ def fit(
 
     profile = catalog.hardware_profile(device)
     by_class = _measured_by_class(measurements, vidur, profile)
-    models = [fit_op_class(cls, m, profile, files) for cls, (m, files) in by_class.items()]
+    if op_class:
+        missing = sorted(set(op_class) - set(by_class))
+        if missing:
+            raise SpecError(
+                "(arguments)", "op_class", f"no measurements of {missing}; have {list(by_class)}"
+            )
+        by_class = {c: v for c, v in by_class.items() if c in op_class}
+    models = [
+        fit_op_class(cls, m, profile, files, shape_tables) for cls, (m, files) in by_class.items()
+    ]
     sources = sorted({m.measurements.file for m in models})
     doc = LatencyModelFile(
         device=profile.name,
@@ -583,6 +602,7 @@ def validate_ops(
     for cls, (m, _) in by_class.items():
         kf = kfold_errors(cls, m, profile, folds=folds, seed=seed)
         held = kf.heldout_ape[np.isfinite(kf.heldout_ape)]
+        unseen = kf.unseen_shape_ape[np.isfinite(kf.unseen_shape_ape)]
         results.append(
             {
                 "op_class": cls,
@@ -591,13 +611,19 @@ def validate_ops(
                 "prior_max_ape": float(np.max(kf.prior_ape)),
                 "fitted_heldout_median_ape": float(np.median(held)) if held.size else None,
                 "fitted_heldout_max_ape": float(np.max(held)) if held.size else None,
+                # fitted on the other GEMM shapes only: generalisation to an unseen (n, k)
+                "fitted_unseen_shape_median_ape": (
+                    float(np.median(unseen)) if unseen.size else None
+                ),
+                "fitted_unseen_shape_max_ape": float(np.max(unseen)) if unseen.size else None,
             }
         )
     if as_json:
         _print_json({"device": profile.name, "folds": folds, "seed": seed, "op_classes": results})
         return
     t = Table(title=f"{profile.name}: absolute percentage error (%), {folds}-fold held-out")
-    for col in ("op class", "rows", "prior median", "prior max", "fitted median", "fitted max"):
+    for col in ("op class", "rows", "prior median", "prior max", "fitted median", "fitted max",
+                "unseen-shape median", "unseen-shape max"):  # fmt: skip
         t.add_column(col, justify="left" if col == "op class" else "right")
 
     def pct(x: float | None) -> str:
@@ -607,9 +633,16 @@ def validate_ops(
         t.add_row(
             str(r["op_class"]), str(r["rows"]), pct(r["prior_median_ape"]),
             pct(r["prior_max_ape"]), pct(r["fitted_heldout_median_ape"]),
-            pct(r["fitted_heldout_max_ape"]),
+            pct(r["fitted_heldout_max_ape"]), pct(r["fitted_unseen_shape_median_ape"]),
+            pct(r["fitted_unseen_shape_max_ape"]),
         )  # fmt: skip
     _console().print(t)
+    typer.echo(
+        "fitted: k-fold held-out rows (measured shape tables interpolate GEMMs of measured"
+        " (n, k)); unseen-shape: fitted on all other (n, k) shapes, so only the roofline fit"
+        " answers",
+        err=True,
+    )
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from simulator.cost.latency import (
     LatencyModels,
     Measurements,
     RooflineParams,
+    ShapeTable,
     file_sha256,
     roofline_seconds,
 )
@@ -164,7 +165,9 @@ def _measurements(source_file: str | Path | Sequence[str | Path], rows: int) -> 
     return Measurements(file=" + ".join(map(str, files)), sha256=h.hexdigest(), rows=rows)
 
 
-def fit_measured(m: MeasuredOps, profile: HardwareProfile) -> tuple[FittedModel, Array]:
+def fit_measured(
+    m: MeasuredOps, profile: HardwareProfile, tables: bool = True
+) -> tuple[FittedModel, Array]:
     """Fit one op class; returns the model (with a placeholder provenance) and training APEs."""
     r = m.rows
     placeholder = Measurements(file="", sha256="", rows=len(r))
@@ -193,6 +196,7 @@ def fit_measured(m: MeasuredOps, profile: HardwareProfile) -> tuple[FittedModel,
             op_class=m.op_class,
             form="roofline",
             roofline=params,
+            shape_tables=shape_tables(m) if tables and m.op_class == "gemm" else [],
             flops_range=(float(r.flops.min()), float(r.flops.max())),
             bytes_range=bytes_range,
             fit_error=FitError(n=1, median_ape=0.0, max_ape=0.0),
@@ -200,6 +204,32 @@ def fit_measured(m: MeasuredOps, profile: HardwareProfile) -> tuple[FittedModel,
         )
     errors = ape(_predict(model, m.rows, profile), m.seconds)
     return model.model_copy(update={"fit_error": _fit_error(errors)}), errors
+
+
+def shape_tables(m: MeasuredOps) -> list[ShapeTable]:
+    """One table per measured (n, k, weight format) with at least two distinct m: the median
+    latency at each m, sorted by m (``LatencyModels.table_ratio`` corrects the fit with it)."""
+    shape = m.rows.gemm_shape
+    keys = np.column_stack([np.round(shape[:, 1]), np.round(shape[:, 2]), shape[:, 3]])
+    tables = []
+    for key in np.unique(keys, axis=0):
+        sel = np.all(keys == key, axis=1)
+        ms = shape[sel, 0]
+        distinct = np.unique(ms)
+        if distinct.size < 2:
+            continue
+        med = [float(np.median(m.seconds[sel][ms == v])) for v in distinct]
+        tables.append(
+            ShapeTable(
+                n=float(key[0]),
+                k=float(key[1]),
+                weight_bytes_per_elem=float(key[2]),
+                peak_flops_per_s=float(m.rows.peak_flops_per_s[sel][0]),
+                m=[float(v) for v in distinct],
+                seconds=med,
+            )
+        )
+    return tables
 
 
 def _predict(model: FittedModel | None, rows: OpRows, profile: HardwareProfile) -> Array:
@@ -217,16 +247,18 @@ def fit_op_class(
     rows: pd.DataFrame | MeasuredOps,
     profile: HardwareProfile,
     source_file: str | Path | Sequence[str | Path],
+    tables: bool = True,
 ) -> FittedModel:
     """Fit ``op_class`` on measurement rows (a table, or rows already checked).
 
     Valid ranges are the min/max of the training FLOPs and bytes; ``fit_error`` is the
-    training APE; ``measurements`` names the source file(s) with their sha256.
+    training APE; ``tables`` keeps per-shape GEMM tables (``shape_tables``) next to the fit;
+    ``measurements`` names the source file(s) with their sha256.
     """
     m = rows if isinstance(rows, MeasuredOps) else measured_ops(
         op_class, rows, profile, _first(source_file)
     )  # fmt: skip
-    model, _ = fit_measured(m, profile)
+    model, _ = fit_measured(m, profile, tables)
     return model.model_copy(update={"measurements": _measurements(source_file, len(m.rows))})
 
 
@@ -239,6 +271,9 @@ class KFoldErrors:
     op_class: str
     heldout_ape: Array  # one per row: error of the model fitted on the other folds
     prior_ape: Array  # one per row: error of the profile's prior
+    # one per row (NaN for ops without shapes): error of the model fitted on all OTHER
+    # shapes, i.e. how the fit generalises to a GEMM shape it never saw
+    unseen_shape_ape: Array
 
 
 def kfold_errors(
@@ -253,8 +288,9 @@ def kfold_errors(
     prior = ape(_predict(None, rows.rows, profile), rows.seconds)
     k = min(folds, n)
     heldout = np.full(n, np.nan)
+    unseen = np.full(n, np.nan)
     if k < 2:
-        return KFoldErrors(op_class, heldout, prior)
+        return KFoldErrors(op_class, heldout, prior, unseen)
     rng = np.random.default_rng(seed)
     fold_of = np.empty(n, dtype=np.intp)
     fold_of[rng.permutation(n)] = np.arange(n) % k
@@ -262,7 +298,17 @@ def kfold_errors(
         test = fold_of == f
         model, _ = fit_measured(rows.select(~test), profile)
         heldout[test] = ape(_predict(model, rows.rows.select(test), profile), rows.seconds[test])
-    return KFoldErrors(op_class, heldout, prior)
+    shape = rows.rows.gemm_shape
+    if op_class == "gemm" and np.isfinite(shape).all():
+        groups = np.unique(shape[:, 1:3], axis=0, return_inverse=True)[1].ravel()
+        if groups.max() > 0:
+            for g in range(groups.max() + 1):
+                test = groups == g
+                model, _ = fit_measured(rows.select(~test), profile)
+                unseen[test] = ape(
+                    _predict(model, rows.rows.select(test), profile), rows.seconds[test]
+                )
+    return KFoldErrors(op_class, heldout, prior, unseen)
 
 
 # ------------------------------------------------------------------------------ table loading
@@ -316,6 +362,7 @@ def measured_by_class(
                 np.concatenate([x.kernels for x in r]),
                 np.concatenate([x.peak_flops_per_s for x in r]),
                 np.concatenate([x.world_size for x in r]),
+                np.concatenate([x.gemm_shape for x in r]),
             ),
             np.concatenate([m.seconds for m in ms]),
         )

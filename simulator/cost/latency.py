@@ -59,10 +59,26 @@ class Measurements(Frozen):
     rows: int
 
 
+class ShapeTable(Frozen):
+    """Measured latency of one GEMM shape (n, k, weight format) at several m.
+
+    A query at m inside the measured span gets the roofline fit times the measured/fitted
+    ratio interpolated in log m (the kernel-selection staircase the smooth fit misses);
+    outside the span, or for shapes never measured, the roofline fit alone answers."""
+
+    n: float = Field(gt=0)
+    k: float = Field(gt=0)
+    weight_bytes_per_elem: float = Field(gt=0)
+    peak_flops_per_s: float = Field(gt=0)
+    m: list[float] = Field(min_length=2)
+    seconds: list[float] = Field(min_length=2)
+
+
 class FittedModel(Frozen):
     op_class: OpClass
     form: Literal["roofline", "alpha_beta"]
     roofline: RooflineParams | None = None
+    shape_tables: list[ShapeTable] = Field(default_factory=list)
     alpha_beta: dict[int, AlphaBeta] | None = None  # by world size
     flops_range: tuple[float, float] | None = None
     bytes_range: tuple[float, float]
@@ -123,6 +139,16 @@ class LatencyModels:
         self.fitted: dict[str, FittedModel] = {
             m.op_class: m for m in (fitted.models if fitted else [])
         }
+        # op class -> shape key -> (log m, log(measured / roofline fit)) at the measured m
+        self._tables: dict[str, dict[tuple[int, int, int], tuple[Array, Array]]] = {}
+        for cls, model in self.fitted.items():
+            if model.shape_tables and model.roofline is not None:
+                self._tables[cls] = {
+                    _shape_key(t.n, t.k, t.weight_bytes_per_elem): _log_ratio(
+                        t, model.roofline, profile.memory_bw_bytes_per_s
+                    )
+                    for t in model.shape_tables
+                }
         self.extrapolations: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()
         self._param_cache: dict[str, tuple[float, float, float, float]] = {}
@@ -152,6 +178,27 @@ class LatencyModels:
         fitted = load_latency_models(path) if use_fitted and path.exists() else None
         return cls(profile, fitted)
 
+    def has_tables(self, op_class: str) -> bool:
+        return op_class in self._tables
+
+    def table_ratio(self, op_class: str, shapes: Array) -> Array:
+        """Measured/fitted ratio for rows whose (n, k, weight format) was measured and whose m
+        lies in the measured span; 1 elsewhere. ``shapes``: rows x (m, n, k, weight bytes)."""
+        out = np.ones(len(shapes))
+        tables = self._tables.get(op_class)
+        if not tables:
+            return out
+        for i, row in enumerate(shapes):
+            if not np.isfinite(row[0]):
+                continue
+            found = tables.get(_shape_key(row[1], row[2], row[3]))
+            if found is not None:
+                log_m, log_ratio = found
+                x = np.log(row[0])
+                if log_m[0] <= x <= log_m[-1]:
+                    out[i] = np.exp(np.interp(x, log_m, log_ratio))
+        return out
+
     def source(self, op_class: str) -> str:
         return "fitted" if op_class in self.fitted else "prior"
 
@@ -175,8 +222,10 @@ class LatencyModels:
         bytes_moved: Array,
         peak_flops_per_s: Array,
         kernels: Array,
+        shapes: Array | None = None,
     ) -> Array:
-        """Like ``compute_seconds`` for ops of different classes in one vectorised pass."""
+        """Like ``compute_seconds`` for ops of different classes in one vectorised pass
+        (``shapes``: rows x (m, n, k, weight bytes), NaN for rows that are not plain GEMMs)."""
         key = tuple(op_classes)
         params = self._param_arrays.get(key)
         if params is None:
@@ -201,6 +250,8 @@ class LatencyModels:
             soft = hi * ((compute / hi) ** p + (memory / hi) ** p) ** (1.0 / p)
             both = np.where(hard, both, soft)
         out: Array = both + kernels * params[:, 2]
+        if shapes is not None and "gemm" in self._tables:
+            out = out * self.table_ratio("gemm", shapes)
         return out
 
     def compute_seconds(
@@ -211,7 +262,10 @@ class LatencyModels:
         peak_flops_per_s: Array,
         kernels: Array,
         prior: bool = False,
+        shapes: Array | None = None,
     ) -> Array:
+        """Latency of ops of one class; ``shapes`` (rows x (m, n, k, weight bytes)) lets
+        measured shape tables correct the GEMMs they cover."""
         model = None if prior else self.fitted.get(op_class)
         if model is not None and model.roofline is not None:
             self._count(op_class, model, flops, bytes_moved)
@@ -220,7 +274,10 @@ class LatencyModels:
             self.queries[op_class] += int(np.size(flops))
             params = self._priors[op_class]
         bw = self.profile.memory_bw_bytes_per_s
-        return roofline_seconds(params, flops, bytes_moved, peak_flops_per_s, bw, kernels)
+        t = roofline_seconds(params, flops, bytes_moved, peak_flops_per_s, bw, kernels)
+        if model is not None and shapes is not None and op_class in self._tables:
+            t = t * self.table_ratio(op_class, shapes)
+        return t
 
     def collective_seconds_mixed(
         self, op_classes: list[str], bytes_per_rank: list[float], world: list[float]
@@ -296,6 +353,19 @@ class LatencyModels:
             flo, fhi = model.flops_range
             outside = outside | (f < flo * 0.999) | (f > fhi * 1.001)
         self.extrapolations[op_class] += int(np.count_nonzero(outside))
+
+
+def _shape_key(n: float, k: float, weight_bytes_per_elem: float) -> tuple[int, int, int]:
+    return round(n), round(k), round(weight_bytes_per_elem * 1e4)
+
+
+def _log_ratio(table: ShapeTable, fit: RooflineParams, bw: float) -> tuple[Array, Array]:
+    m = np.asarray(table.m)
+    flops = 2.0 * m * table.n * table.k
+    moved = (m * table.k + m * table.n) * 2.0 + table.n * table.k * table.weight_bytes_per_elem
+    peak = np.full(m.size, table.peak_flops_per_s)
+    fitted = roofline_seconds(fit, flops, moved, peak, bw, np.ones(m.size))
+    return np.log(m), np.log(np.asarray(table.seconds) / fitted)
 
 
 def load_latency_models(path: str | Path) -> LatencyModelFile:

@@ -80,6 +80,7 @@ class OpRows:
     kernels: Array
     peak_flops_per_s: Array
     world_size: Array
+    gemm_shape: Array  # (rows, 4): m, n, k, weight bytes per element of gemm rows; NaN elsewhere
 
     def __len__(self) -> int:
         return int(self.op.size)
@@ -92,6 +93,7 @@ class OpRows:
             self.kernels[mask],
             self.peak_flops_per_s[mask],
             self.world_size[mask],
+            self.gemm_shape[mask],
         )
 
 
@@ -203,6 +205,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
     kernels = np.full(n, np.nan)
     peak = np.full(n, np.nan)
     world = np.full(n, np.nan)
+    gemm_shape = np.full((n, 4), np.nan)
     bf16_peak = profile.peak_flops_per_s.for_dtype("bf16")
     for cls in OP_COLUMNS:
         rows = np.flatnonzero(op == cls)
@@ -233,11 +236,13 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
         else:
             _string_column(df, "dtype", rows, file, what, ACTIVATION_DTYPES, default="bf16")
             peak[rows] = bf16_peak
+        if cls == "gemm" and wbytes is not None:
+            gemm_shape[rows] = np.column_stack([c["m"], c["n"], c["k"], wbytes])
         work = _work(cls, c, df, rows, file, what, wbytes)
         flops[rows] = np.broadcast_to(work.flops, rows.shape)
         nbytes[rows] = np.broadcast_to(work.bytes, rows.shape)
         kernels[rows] = work.kernels
-    return OpRows(op, flops, nbytes, kernels, peak, world)
+    return OpRows(op, flops, nbytes, kernels, peak, world, gemm_shape)
 
 
 def _work(
@@ -319,8 +324,9 @@ def predict_seconds(
             seconds[mask] = models.collective_seconds(cls, r.bytes, r.world_size, prior=prior)
         else:
             seconds[mask] = models.compute_seconds(
-                cls, r.flops, r.bytes, r.peak_flops_per_s, r.kernels, prior=prior
-            )
+                cls, r.flops, r.bytes, r.peak_flops_per_s, r.kernels, prior=prior,
+                shapes=r.gemm_shape if cls == "gemm" else None,
+            )  # fmt: skip
         model = None if prior else models.fitted.get(cls)
         if model is not None:
             source[mask] = "fitted"

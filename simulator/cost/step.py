@@ -229,6 +229,8 @@ class _Ops:
         self.m, self.s = model, shape
         # (name, op class, category index, count, flops, bytes, kernels, peak FLOP/s)
         self.rows: list[tuple[str, OpClass, int, float, float, float, float, float]] = []
+        # row index -> (m, n, k, weight bytes per element) of plain GEMM rows
+        self.shapes: dict[int, tuple[float, float, float, float]] = {}
         # (name, op class, count, bytes per rank, world size)
         self.colls: list[tuple[str, OpClass, float, float, float]] = []
         self.fused = (
@@ -251,6 +253,22 @@ class _Ops:
     ) -> None:
         if count > 0 and world > 1 and bytes_per_rank > 0:
             self.colls.append((name, cls, count, bytes_per_rank, float(world)))
+
+    def gemm(
+        self,
+        name: str,
+        cat: Category,
+        count: float,
+        m: float,
+        n: float,
+        k: float,
+        w: float,
+        peak: float,
+    ) -> None:
+        """A plain GEMM; its shape lets measured shape tables correct the fit."""
+        if count > 0:
+            self.add(name, "gemm", cat, count, ops.gemm(m, n, k, w), peak)
+            self.shapes[len(self.rows) - 1] = (m, n, k, w)
 
     def peak(self, group: ModuleGroup) -> float:
         return self.m.group_peak[group]
@@ -303,13 +321,11 @@ class _Ops:
         w, pk = self.wbytes("attention"), self.peak("attention")
         bf16 = m.device.peak_flops_per_s.bf16
         if mla.q_lora_rank:
-            self.add("mla.q_a_proj", "gemm", "attention", n, ops.gemm(t, mla.q_lora_rank, d, w), pk)
-            self.add(
-                "mla.q_b_proj", "gemm", "attention", n, ops.gemm(t, h * qk, mla.q_lora_rank, w), pk
-            )
+            self.gemm("mla.q_a_proj", "attention", n, t, mla.q_lora_rank, d, w, pk)
+            self.gemm("mla.q_b_proj", "attention", n, t, h * qk, mla.q_lora_rank, w, pk)
         else:
-            self.add("mla.q_proj", "gemm", "attention", n, ops.gemm(t, h * qk, d, w), pk)
-        self.add("mla.kv_a_proj", "gemm", "attention", n, ops.gemm(t, lat, d, w), pk)
+            self.gemm("mla.q_proj", "attention", n, t, h * qk, d, w, pk)
+        self.gemm("mla.kv_a_proj", "attention", n, t, lat, d, w, pk)
         self.add(
             "mla.norm_rope", "elementwise", "attention", n,
             ops.elementwise(t * (lat + h * mla.qk_rope_head_dim), 6.0), bf16,
@@ -341,10 +357,8 @@ class _Ops:
                 ctx_shard = (s.prefill_kv - s.prefill_tokens) / dcp * kv_tok
                 self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp)
         if mla.output_gate:
-            self.add(
-                "mla.output_gate", "gemm", "attention", n, ops.gemm(t, h * mla.v_head_dim, d, w), pk
-            )
-        self.add("mla.o_proj", "gemm", "attention", n, ops.gemm(t, d, h * mla.v_head_dim, w), pk)
+            self.gemm("mla.output_gate", "attention", n, t, h * mla.v_head_dim, d, w, pk)
+        self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, w, pk)
 
     def _gqa(self, kind: str, n: float) -> None:
         m, s, t = self.m, self.s, self.t
@@ -361,9 +375,7 @@ class _Ops:
         kvb = kv_element_bytes(serving.kv_cache_dtype)
         q_out = h * hd * (2 if g.output_gate else 1)
         name = f"{kind}."
-        self.add(
-            name + "qkv_proj", "gemm", "attention", n, ops.gemm(t, q_out + 2 * kvh * hd, d, w), pk
-        )
+        self.gemm(name + "qkv_proj", "attention", n, t, q_out + 2 * kvh * hd, d, w, pk)
         self.add(
             name + "rope",
             "elementwise",
@@ -404,7 +416,7 @@ class _Ops:
                 h, kvh, hd, kvb,
             )  # fmt: skip
             self.add(name + "prefill_attention", "attn_prefill", "attention", n, work, bf16)
-        self.add(name + "o_proj", "gemm", "attention", n, ops.gemm(t, d, h * hd, w), pk)
+        self.gemm(name + "o_proj", "attention", n, t, d, h * hd, w, pk)
 
     def _linear(self, n: float) -> None:
         m, s, t = self.m, self.s, self.t
@@ -425,11 +437,9 @@ class _Ops:
         elif la.full_rank_gate:
             proj += hv * dk + hv * dv  # decay and output gates at full rank
         else:
-            self.add("kda.gate_a_proj", "gemm", "recurrent", n, ops.gemm(t, dk + dv, d, w), pk)
-            self.add(
-                "kda.gate_b_proj", "gemm", "recurrent", n, ops.gemm(t, hv * (dk + dv), dk, w), pk
-            )
-        self.add(f"{la.kind}.in_proj", "gemm", "recurrent", n, ops.gemm(t, proj, d, w), pk)
+            self.gemm("kda.gate_a_proj", "recurrent", n, t, dk + dv, d, w, pk)
+            self.gemm("kda.gate_b_proj", "recurrent", n, t, hv * (dk + dv), dk, w, pk)
+        self.gemm(f"{la.kind}.in_proj", "recurrent", n, t, proj, d, w, pk)
         self.add(
             f"{la.kind}.short_conv",
             "elementwise",
@@ -455,16 +465,16 @@ class _Ops:
             ops.elementwise(t * hv * dv, 6.0),
             bf16,
         )
-        self.add(f"{la.kind}.o_proj", "gemm", "recurrent", n, ops.gemm(t, d, hv * dv, w), pk)
+        self.gemm(f"{la.kind}.o_proj", "recurrent", n, t, d, hv * dv, w, pk)
 
     def _dense_mlp(self, n: float) -> None:
         m, t = self.m, self.t
         inter = (m.card.dense_intermediate_size or 0) / m.serving.tp
         d = float(m.card.hidden_size)
         w, pk = self.wbytes("dense_mlp"), self.peak("dense_mlp")
-        self.add("mlp.gate_up", "gemm", "dense", n, ops.gemm(t, 2 * inter, d, w), pk)
+        self.gemm("mlp.gate_up", "dense", n, t, 2 * inter, d, w, pk)
         self.add("mlp.act", "elementwise", "dense", n, ops.elementwise(t * inter, 6.0), pk)
-        self.add("mlp.down", "gemm", "dense", n, ops.gemm(t, d, inter, w), pk)
+        self.gemm("mlp.down", "dense", n, t, d, inter, w, pk)
         self.collective("mlp_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, m.serving.tp)
 
     def _moe(self, n: float) -> None:
@@ -476,18 +486,20 @@ class _Ops:
         d = float(card.hidden_size)
         dr = float(moe.routed_hidden_size or card.hidden_size)
         bf16 = m.device.peak_flops_per_s.bf16
-        self.add(
+        self.gemm(
             "moe.router",
-            "gemm",
             "moe",
             n,
-            ops.gemm(t, moe.num_experts, d, self.wbytes("router")),
+            t,
+            moe.num_experts,
+            d,
+            self.wbytes("router"),
             self.peak("router"),
         )
         if moe.routed_hidden_size:
             w, pk = self.wbytes("moe_latent"), self.peak("moe_latent")
-            self.add("moe.latent_down", "gemm", "moe", n, ops.gemm(t, dr, d, w), pk)
-            self.add("moe.latent_up", "gemm", "moe", n, ops.gemm(t, d, dr, w), pk)
+            self.gemm("moe.latent_down", "moe", n, t, dr, d, w, pk)
+            self.gemm("moe.latent_up", "moe", n, t, d, dr, w, pk)
         # with EP every rank sees the tokens of all DP ranks (same batch assumed on each)
         tokens = t * serving.dp if ep > 1 else t
         work = ops.moe(
@@ -502,8 +514,8 @@ class _Ops:
                 / tp
             )
             w, pk = self.wbytes("shared_experts"), self.peak("shared_experts")
-            self.add("moe.shared_gate_up", "gemm", "moe", n, ops.gemm(t, 2 * si, d, w), pk)
-            self.add("moe.shared_down", "gemm", "moe", n, ops.gemm(t, d, si, w), pk)
+            self.gemm("moe.shared_gate_up", "moe", n, t, 2 * si, d, w, pk)
+            self.gemm("moe.shared_down", "moe", n, t, d, si, w, pk)
         self.add(
             "moe.act_sum", "elementwise", "moe", n, ops.elementwise(t * moe.top_k * dr, 4.0), bf16
         )
@@ -525,7 +537,7 @@ class _Ops:
         # logits for the last token of every request (all 1 + K positions of a verify)
         rows = float(s.decode_tokens + s.num_prefills)
         w, pk = self.wbytes("lm_head"), self.peak("lm_head")
-        self.add("lm_head", "gemm", "dense", 1, ops.gemm(rows, vocab, d, w), pk)
+        self.gemm("lm_head", "dense", 1, rows, vocab, d, w, pk)
         self.collective("logits_allgather", "allgather", 1, rows * vocab * 4.0, tp)
         self.add(
             "sampling",
@@ -549,8 +561,13 @@ class _Ops:
                 *self.rows, strict=True
             )
             kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
+            shapes = None
+            if lat.has_tables("gemm"):
+                shapes = np.full((len(classes), 4), np.nan)
+                for i, shape in self.shapes.items():
+                    shapes[i] = shape
             secs = lat.compute_seconds_mixed(
-                list(classes), np.array(flops), np.array(bytes_), np.array(peaks), kern
+                list(classes), np.array(flops), np.array(bytes_), np.array(peaks), kern, shapes
             )
             total = secs * np.array(counts)
             per_cat += np.bincount(cats, weights=total, minlength=len(CATEGORIES))
