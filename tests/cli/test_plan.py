@@ -227,3 +227,45 @@ def test_usage_errors_end_in_one_error_line() -> None:
     assert len(errors) == 1
     assert "'--tp'" in errors[0]
     assert "integer" in errors[0]
+
+
+# ----------------------------------------------------------------------------- plan step
+
+
+def test_step_json_breakdown_sums_to_the_step() -> None:
+    code, stdout, _ = plan(
+        "step", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8", "--decode", "60",
+        "--context", "100000", "--prefill", "4x2048@50000", "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(stdout)
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_s"])
+    assert data["prefill_chunks"] == [{"count": 4, "tokens": 2048, "prefix": 50000}]
+    assert {"mla.prefill_attention", "mla.decode_attention", "moe.routed_experts"} <= {
+        op["name"] for op in data["ops"]
+    }
+    assert data["latency_sources"]["gemm"] == "prior"
+
+
+def test_step_table_prints() -> None:
+    code, stdout, _ = plan("step", "--model", "llama-3.3-70b", "--device", "h100", "--decode", "8")
+    assert code == 0
+    assert "Step time by category" in stdout
+    assert "gemm fitted" in stdout  # h100 ships a gemm model fitted to vidur's measurements
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--decode", "0"], "decode"),
+        (["--decode", "1", "--prefill", "4x"], "prefill"),
+        (["--decode", "1", "--prefill", "0x100"], "prefill"),
+        (["--decode", "1", "--tp", "5"], "serving.tp"),
+        (["--decode", "-1"], "decode"),
+    ],
+)
+def test_step_bad_input(args: list[str], field: str) -> None:
+    code, _, stderr = plan("step", "--model", "kimi-k3", "--device", "mi355x", *args)
+    assert code == 2
+    assert len(stderr.strip().splitlines()) == 1
+    assert field in stderr
