@@ -229,7 +229,9 @@ class _Ops:
         self.m, self.s = model, shape
         # (name, op class, category index, count, flops, bytes, kernels, peak FLOP/s)
         self.rows: list[tuple[str, OpClass, int, float, float, float, float, float]] = []
-        # row index -> (m, n, k, weight bytes per element) of plain GEMM rows
+        # row index -> (m, n, k, weight bytes per element) of plain GEMM rows, kept only
+        # when the device has measured GEMM shape tables
+        self.want_shapes = model.latency.has_tables("gemm")
         self.shapes: dict[int, tuple[float, float, float, float]] = {}
         # (name, op class, count, bytes per rank, world size)
         self.colls: list[tuple[str, OpClass, float, float, float]] = []
@@ -266,9 +268,12 @@ class _Ops:
         peak: float,
     ) -> None:
         """A plain GEMM; its shape lets measured shape tables correct the fit."""
-        if count > 0:
-            self.add(name, "gemm", cat, count, ops.gemm(m, n, k, w), peak)
-            self.shapes[len(self.rows) - 1] = (m, n, k, w)
+        if count > 0 and m > 0:
+            work = ops.gemm(m, n, k, w)
+            flops, moved = float(work.flops), float(work.bytes)
+            self.rows.append((name, "gemm", _CAT_INDEX[cat], count, flops, moved, 1.0, peak))
+            if self.want_shapes:
+                self.shapes[len(self.rows) - 1] = (m, n, k, w)
 
     def peak(self, group: ModuleGroup) -> float:
         return self.m.group_peak[group]
@@ -562,7 +567,7 @@ class _Ops:
             )
             kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
             shapes = None
-            if lat.has_tables("gemm"):
+            if self.want_shapes:
                 shapes = np.full((len(classes), 4), np.nan)
                 for i, shape in self.shapes.items():
                     shapes[i] = shape
