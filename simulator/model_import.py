@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from simulator.specs.loading import SpecError, parse
+from simulator.specs.loading import SpecError, parse, read_text
 from simulator.specs.model import MODULE_GROUPS, LayerKind, ModelCard, ModuleGroup
 from simulator.specs.precision import StateDtype, WeightPrecision
 
@@ -186,12 +186,7 @@ class _Config:
 def load_hf_config(path: str | Path) -> dict[str, Any]:
     """Read a Hugging Face config.json; any failure is a SpecError on ``(file)``."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SpecError(p, "(file)", "no such file") from None
-    except OSError as exc:
-        raise SpecError(p, "(file)", exc.strerror or str(exc)) from None
+    text = read_text(p)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

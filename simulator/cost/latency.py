@@ -29,7 +29,7 @@ from hardware_profiles import PROFILES_DIR
 from simulator.cost.ops import COLLECTIVE_CLASSES, OpClass
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
-from simulator.specs.loading import SpecError, first_error
+from simulator.specs.loading import SpecError, first_error, read_text
 
 Array = NDArray[np.float64]
 SCHEMA_VERSION = 1
@@ -371,9 +371,7 @@ def _log_ratio(table: ShapeTable, fit: RooflineParams, bw: float) -> tuple[Array
 def load_latency_models(path: str | Path) -> LatencyModelFile:
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpecError(p, "(file)", "no such file") from None
+        data = json.loads(read_text(p))
     except json.JSONDecodeError as exc:
         raise SpecError(p, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
     try:

@@ -10,7 +10,7 @@ section 4, KDA section 6.4, MoE section 7) and vLLM ``v1/metrics/perf.py``.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, TypeAlias
+from typing import Literal, NamedTuple, TypeAlias, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,18 +32,10 @@ OpClass = Literal[
     "reducescatter",
     "alltoall",
 ]
-COMPUTE_CLASSES: tuple[OpClass, ...] = (
-    "gemm",
-    "moe",
-    "mla_decode",
-    "mla_prefill",
-    "attn_decode",
-    "attn_prefill",
-    "kda_prefill",
-    "kda_decode",
-    "elementwise",
-)
 COLLECTIVE_CLASSES: tuple[OpClass, ...] = ("allreduce", "allgather", "reducescatter", "alltoall")
+COMPUTE_CLASSES: tuple[OpClass, ...] = tuple(
+    c for c in get_args(OpClass) if c not in COLLECTIVE_CLASSES
+)
 
 ACT_BYTES = 2.0  # bf16 activations
 FP32 = 4.0

@@ -35,14 +35,20 @@ def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> Spe
     return SpecError(file, field, reason)
 
 
-def read_yaml(path: str | Path) -> Any:
+def read_text(path: str | Path) -> str:
+    """A file's text; a missing or unreadable file is a SpecError on ``(file)``."""
     p = Path(path)
     try:
-        text = p.read_text()
+        return p.read_text()
     except FileNotFoundError:
         raise SpecError(p, "(file)", "no such file") from None
     except OSError as exc:
         raise SpecError(p, "(file)", exc.strerror or str(exc)) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    text = read_text(p)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
