@@ -1,0 +1,272 @@
+"""Agentic session traces in the WEKA kv-cache-tester / AgentX format.
+
+One trace = one session: ``{id, block_size: 64, hash_id_scope: "local", requests: [...]}``,
+a request ``{t, in, out, hash_ids, think_time, api_time, ...}`` or a sub-agent
+``{type: "subagent", agent_id, t, duration_ms, requests: [...]}``. ``hash_ids`` are per-trace
+content ids of the prompt's full 64-token blocks, as plain ints or, with
+``hash_ids_encoding: "ranges"``, ints and inclusive ``[a, b]`` runs.
+
+Accepted inputs: JSON Lines (one trace per line, ``.gz`` allowed), one upstream trace JSON file
+(an object, or a list of them), or a directory of such files (sorted by name).
+
+Times, as the traces show them (checked on all 63 sub-agents of the shared 710 traces):
+``t`` of a request is seconds since the session start and equals the previous request's
+``t + api_time + think_time``. A sub-agent's ``t`` is when it *finished*; it started
+``duration_ms`` earlier, right after the parent request that spawned it; consecutive
+sub-agent entries ran in parallel, and the parent's next request came after the last one
+finished. So a run of sub-agent entries becomes one :class:`SubagentGroup` after the parent
+request that spawned it; the first turn of each sub-agent gets the observed spawn delay as its
+think time, and the parent's next turn the delay after the group finished.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.specs.loading import SpecError
+from simulator.workload.request import Session, SubagentGroup, Turn, chain, content_keys, scope_key
+from simulator.workload.source import BadRecords, lines, open_text
+
+BLOCK_TOKENS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Req:
+    t_s: float
+    prompt_tokens: int
+    output_tokens: int
+    think_time_s: float
+    api_time_s: float
+    runs: NDArray[np.int64]  # (k, 2) inclusive runs of local hash ids
+
+
+@dataclass(frozen=True, slots=True)
+class _Sub:
+    key: str
+    end_s: float
+    duration_s: float | None
+    entries: tuple[_Req | _Sub, ...]
+
+
+def _number(r: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    value = r.get(key, default)
+    if value is None:
+        raise ValueError(f"{where}: missing field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{where}.{key}: must be >= 0, got {value}")
+    return float(value)
+
+
+def _count(r: dict[str, Any], key: str, where: str) -> int:
+    value = r.get(key)
+    if value is None:
+        raise ValueError(f"{where}: missing field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{where}.{key}: must be >= 0, got {value}")
+    return value
+
+
+def _runs(ids: Any, ranges: bool, where: str) -> NDArray[np.int64]:
+    """Validated hash ids as inclusive runs ``(k, 2)`` (plain lists are compressed too)."""
+    if not isinstance(ids, list):
+        raise ValueError(f"{where}.hash_ids: expected a list")
+    if not ranges:
+        arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
+            bad = next(
+                (x for x in ids if isinstance(x, bool) or not isinstance(x, int) or x < 0), None
+            )
+            raise ValueError(f"{where}.hash_ids: bad element {bad!r} (non-negative ints only)")
+        arr = arr.astype(np.int64)
+        cut = np.flatnonzero(np.diff(arr) != 1) + 1  # run boundaries
+        starts = np.concatenate([[0], cut])
+        ends = np.concatenate([cut, [arr.size]]) - 1
+        return np.stack([arr[starts], arr[ends]], axis=1) if arr.size else arr.reshape(0, 2)
+    pairs: list[tuple[int, int]] = []
+    for x in ids:
+        if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+            pairs.append((x, x))
+        elif (
+            isinstance(x, list)
+            and len(x) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+            and 0 <= x[0] <= x[1]
+        ):
+            pairs.append((x[0], x[1]))
+        else:
+            raise ValueError(f"{where}.hash_ids: bad element {x!r}")
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def expand_runs(runs: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Inclusive runs ``[[a, b], ...]`` -> ``a, a+1, ..., b, ...`` (vectorised)."""
+    if len(runs) == 0:
+        return np.zeros(0, dtype=np.int64)
+    a, b = runs[:, 0], runs[:, 1]
+    n = b - a + 1
+    out = np.ones(int(n.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+    out[starts] = np.concatenate([a[:1], a[1:] - b[:-1]])
+    return np.cumsum(out)
+
+
+def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _Sub, ...]:
+    if not isinstance(reqs, list):
+        raise ValueError(f"{where}: expected a list of requests")
+    out: list[_Req | _Sub] = []
+    for i, r in enumerate(reqs):
+        w = f"{where}[{i}]"
+        if not isinstance(r, dict):
+            raise ValueError(f"{w}: expected an object")
+        if r.get("type") == "subagent":
+            dur = r.get("duration_ms")
+            duration_s = None if dur is None else _number(r, "duration_ms", w) / 1000.0
+            sub = _entries(r.get("requests"), ranges, block, f"{w}.requests")
+            key = str(r.get("agent_id", f"subagent{i}"))
+            out.append(_Sub(key, _number(r, "t", w), duration_s, sub))
+            continue
+        prompt = _count(r, "in", w)
+        runs = _runs(r.get("hash_ids"), ranges, w)
+        n_ids = int((runs[:, 1] - runs[:, 0] + 1).sum())
+        if n_ids not in (prompt // block, -(-prompt // block)):
+            raise ValueError(
+                f"{w}.hash_ids: {n_ids} block ids for {prompt} tokens, expected "
+                f"{prompt // block} (one per full {block}-token block)"
+            )
+        out.append(
+            _Req(
+                t_s=_number(r, "t", w),
+                prompt_tokens=prompt,
+                output_tokens=_count(r, "out", w),
+                think_time_s=_number(r, "think_time", w, default=0.0),
+                api_time_s=_number(r, "api_time", w, default=0.0),
+                runs=runs,
+            )
+        )
+    return tuple(out)
+
+
+def _sub_start(sub: _Sub) -> float:
+    if sub.duration_s is not None:
+        return max(0.0, sub.end_s - sub.duration_s)
+    last = [e for e in sub.entries if isinstance(e, _Req)]
+    return max(0.0, sub.end_s - (last[-1].t_s + last[-1].api_time_s if last else 0.0))
+
+
+def _items(
+    entries: tuple[_Req | _Sub, ...], scope: int, block: int, key: str, first_think_s: float
+) -> Iterator[Turn | SubagentGroup]:
+    prev_end = 0.0  # when the previous parent request finished (trace time)
+    group_end: float | None = None
+    i = 0
+    first = True
+    while i < len(entries):
+        e = entries[i]
+        if isinstance(e, _Sub):
+            group: list[Session] = []
+            while i < len(entries) and isinstance(entries[i], _Sub):
+                sub = entries[i]
+                assert isinstance(sub, _Sub)
+                start = _sub_start(sub)
+                spawn_delay = max(0.0, start - prev_end)
+                sub_key = f"{key}/{sub.key}"
+                group.append(
+                    Session(sub_key, start, _items(sub.entries, scope, block, sub_key, spawn_delay))
+                )
+                group_end = max(group_end or 0.0, sub.end_s)
+                i += 1
+            yield SubagentGroup(tuple(group))
+            continue
+        think = e.think_time_s
+        if first:
+            think = first_think_s
+        elif group_end is not None:
+            think = max(0.0, e.t_s - group_end)
+        ids = expand_runs(e.runs)[: e.prompt_tokens // block]
+        yield Turn(
+            prompt_tokens=e.prompt_tokens,
+            output_tokens=e.output_tokens,
+            block_hashes=chain(content_keys(scope, ids)),
+            block_tokens=block,
+            think_time_s=think,
+            offset_s=e.t_s,
+        )
+        prev_end = e.t_s + e.api_time_s
+        group_end = None
+        first = False
+        i += 1
+
+
+def parse_trace(obj: Any, default_id: str) -> Session:
+    """One trace object -> a lazy Session; a malformed trace raises ValueError(reason)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a trace object, got {type(obj).__name__}")
+    trace_id = str(obj.get("id", default_id))
+    block = obj.get("block_size", BLOCK_TOKENS)
+    if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
+        raise ValueError(f"block_size: expected a positive integer, got {block!r}")
+    encoding = obj.get("hash_ids_encoding")
+    if encoding not in (None, "ranges"):
+        raise ValueError(f"hash_ids_encoding: unknown {encoding!r} (known: ranges)")
+    if "requests" not in obj:
+        raise ValueError("missing field 'requests'")
+    entries = _entries(obj["requests"], encoding == "ranges", block, "requests")
+    scope = scope_key("agentic", trace_id)
+    session = Session(trace_id, 0.0, _items(entries, scope, block, trace_id, 0.0))
+    session.meta["block_tokens"] = str(block)
+    return session
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.iterdir()
+            if p.name.endswith((".json", ".jsonl", ".json.gz", ".jsonl.gz"))
+        )
+        if not files:
+            raise SpecError(path, "(file)", "no *.json / *.jsonl trace files in this directory")
+        return files
+    return [path]
+
+
+def read_agentic(path: Path, bad: BadRecords) -> Iterator[Session]:
+    """Sessions of WEKA/AgentX traces, one at a time (a trace is parsed when it is reached)."""
+    for file in _files(path):
+        if file.name.endswith((".json", ".json.gz")):
+            yield from _read_json_file(file, bad)
+            continue
+        for lineno, text in lines(file):
+            try:
+                yield parse_trace(json.loads(text), f"{file.name}:{lineno}")
+            except json.JSONDecodeError as exc:
+                bad.handle(SpecError(file, f"line {lineno}", f"invalid JSON: {exc.msg}"))
+            except ValueError as exc:
+                bad.handle(SpecError(file, f"line {lineno}", str(exc)))
+
+
+def _read_json_file(file: Path, bad: BadRecords) -> Iterator[Session]:
+    with open_text(file) as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as exc:
+            bad.handle(SpecError(file, f"line {exc.lineno}", f"invalid JSON: {exc.msg}"))
+            return
+    docs = doc if isinstance(doc, list) else [doc]
+    for k, obj in enumerate(docs):
+        try:
+            yield parse_trace(obj, file.name.split(".")[0] + (f"[{k}]" if len(docs) > 1 else ""))
+        except ValueError as exc:
+            where = f"trace {k}" if len(docs) > 1 else "(trace)"
+            bad.handle(SpecError(file, where, str(exc)))

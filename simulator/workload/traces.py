@@ -1,0 +1,180 @@
+"""Request-level traces (Mooncake JSONL, Azure LLM inference CSV) and format detection.
+
+Each record is one request, a session of one turn that starts at the record's timestamp.
+- Mooncake (FAST'25): ``{timestamp (ms), input_length, output_length, hash_ids}``, one id per
+  512-token block of the prompt, the partial tail block included (``ceil(input/512)`` ids);
+  ids are global prefix-block hashes. The tail id is dropped (only full blocks can be cached)
+  and the ids are chained.
+- Azure 2023 (Splitwise): CSV ``TIMESTAMP, ContextTokens, GeneratedTokens``; no prefix identity.
+Timestamps must not go backwards (a record that does is a bad record).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.specs.loading import SpecError
+from simulator.workload.request import (
+    EMPTY_IDS,
+    Session,
+    Turn,
+    chain,
+    content_keys,
+    scope_key,
+)
+from simulator.workload.source import BadRecords, lines, open_text
+
+MOONCAKE_BLOCK_TOKENS = 512
+FORMATS = ("agentic", "mooncake", "azure")
+
+
+def _one(turn: Turn, start_s: float, key: str) -> Session:
+    return Session(key, start_s, iter((turn,)))
+
+
+def _int_field(rec: dict[str, Any], key: str, minimum: int) -> int:
+    if key not in rec:
+        raise ValueError(f"missing field {key!r}")
+    v = rec[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{key}: expected an integer, got {v!r}")
+    if v < minimum:
+        raise ValueError(f"{key}: must be >= {minimum}, got {v}")
+    return v
+
+
+def _mooncake_turn(rec: Any, scope: int) -> tuple[float, Turn]:
+    if not isinstance(rec, dict):
+        raise ValueError(f"expected an object, got {type(rec).__name__}")
+    ts_ms = _int_field(rec, "timestamp", 0)
+    prompt = _int_field(rec, "input_length", 1)
+    output = _int_field(rec, "output_length", 0)
+    ids = rec.get("hash_ids")
+    if not isinstance(ids, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ids
+    ):
+        raise ValueError("hash_ids: expected a list of non-negative integers")
+    full = prompt // MOONCAKE_BLOCK_TOKENS
+    if len(ids) not in (full, -(-prompt // MOONCAKE_BLOCK_TOKENS)):
+        raise ValueError(
+            f"hash_ids: {len(ids)} ids for {prompt} tokens, expected "
+            f"{-(-prompt // MOONCAKE_BLOCK_TOKENS)} (one per {MOONCAKE_BLOCK_TOKENS}-token block)"
+        )
+    keys = content_keys(scope, np.asarray(ids[:full], dtype=np.int64))
+    turn = Turn(prompt, output, chain(keys), MOONCAKE_BLOCK_TOKENS, 0.0, 0.0)
+    return ts_ms / 1000.0, turn
+
+
+def read_mooncake(path: Path, bad: BadRecords) -> Iterator[Session]:
+    """One single-turn session per JSONL record, at ``timestamp / 1000`` seconds."""
+    scope = scope_key("mooncake", path.name)
+    last = 0.0
+    for lineno, text in lines(path):
+        try:
+            start, turn = _mooncake_turn(json.loads(text), scope)
+            if start < last:
+                raise ValueError(f"timestamp goes backwards ({start * 1000:.0f} ms after "
+                                 f"{last * 1000:.0f} ms)")  # fmt: skip
+        except json.JSONDecodeError as exc:
+            bad.handle(SpecError(path, f"line {lineno}", f"invalid JSON: {exc.msg}"))
+            continue
+        except ValueError as exc:
+            bad.handle(SpecError(path, f"line {lineno}", str(exc)))
+            continue
+        last = start
+        yield _one(turn, start, str(lineno))
+
+
+def _timestamp_s(text: str) -> float:
+    """``2023-11-16 18:15:46.6805900`` (100 ns digits) -> POSIX seconds; or plain seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    main, _, frac = text.partition(".")
+    try:
+        base = datetime.fromisoformat(main).timestamp()
+    except ValueError:
+        raise ValueError(f"TIMESTAMP: cannot parse {text!r}") from None
+    if frac and not frac.isdigit():
+        raise ValueError(f"TIMESTAMP: cannot parse {text!r}")
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def read_azure(path: Path, bad: BadRecords) -> Iterator[Session]:
+    """One single-turn session per CSV row, times relative to the first row."""
+    with open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:3]] != list(AZURE_COLUMNS):
+            raise SpecError(path, "line 1", f"expected the header {','.join(AZURE_COLUMNS)}")
+        t0: float | None = None
+        last = 0.0
+        for row in reader:
+            lineno = reader.line_num
+            if not row or not any(c.strip() for c in row):
+                continue
+            try:
+                if len(row) < 3:
+                    raise ValueError(f"expected 3 columns, got {len(row)}")
+                ts = _timestamp_s(row[0])
+                prompt, output = (
+                    _csv_int(row[1], "ContextTokens", 1),
+                    _csv_int(row[2], "GeneratedTokens", 0),
+                )
+                t0 = ts if t0 is None else t0
+                start = ts - t0
+                if start < last:
+                    raise ValueError("TIMESTAMP goes backwards")
+            except ValueError as exc:
+                bad.handle(SpecError(path, f"line {lineno}", str(exc)))
+                continue
+            last = start
+            yield _one(Turn(prompt, output, EMPTY_IDS, 1, 0.0, 0.0), start, str(lineno))
+
+
+def _csv_int(text: str, column: str, minimum: int) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{column}: expected an integer, got {text.strip()!r}") from None
+    if v < minimum:
+        raise ValueError(f"{column}: must be >= {minimum}, got {v}")
+    return v
+
+
+def detect_format(path: Path) -> str:
+    """agentic | mooncake | azure from the file's first bytes; SpecError when it cannot tell."""
+    if path.is_dir():
+        return "agentic"
+    with open_text(path) as fh:
+        try:
+            head = fh.read(20_000)
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            raise SpecError(path, "(format)", f"unreadable: {exc}") from None
+    text = head.lstrip()
+    if not text:
+        raise SpecError(path, "(format)", "empty file: cannot detect the format")
+    if [c.strip() for c in text.splitlines()[0].split(",")[:3]] == list(AZURE_COLUMNS):
+        return "azure"
+    if text.startswith(("{", "[")):
+        if '"input_length"' in head and '"timestamp"' in head:
+            return "mooncake"
+        if '"requests"' in head:
+            return "agentic"
+    raise SpecError(
+        path,
+        "(format)",
+        "cannot detect the trace format; give --format agentic|mooncake|azure",
+    )
