@@ -49,7 +49,12 @@ class ServingConfig(Frozen):
     max_num_seqs: PositiveInt | None = None  # None: vLLM default by device memory
     block_size_tokens: PositiveInt = 16  # --block-size; hybrid page alignment can raise it
     enable_prefix_caching: bool = True  # hybrids: align mode (2 state pages per request)
+    # recurrent-state checkpoints kept: 0 = vLLM default (replay boundary + shared-prefix
+    # junctions), N = also every N tokens, None = every block
     prefix_cache_retention_interval: int | None = Field(default=0, ge=0)
+    # hybrids: store the attention remainder with each checkpoint so resume points coincide
+    # (True), or resume at the last checkpoint and recompute the rest (False, vLLM default)
+    hybrid_store_attention_remainder: bool = False
     # memory outside weights/KV/activations: CUDA graphs, NCCL buffers, allocator slack.
     # Assumption (no vendor figure): vLLM start-up logs show 0.5-2 GiB of graph memory.
     runtime_reserve_bytes: float = Field(default=1.5 * GIB, ge=0)

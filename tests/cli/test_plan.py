@@ -269,3 +269,74 @@ def test_step_bad_input(args: list[str], field: str) -> None:
     assert code == 2
     assert len(stderr.strip().splitlines()) == 1
     assert field in stderr
+
+
+# ----------------------------------------------------------------------------- plan run
+
+
+SCENARIO = """
+name: tiny
+model: llama-3.3-70b
+device: h100
+serving: {tp: 8}
+workload: {kind: agentic, sessions: 4, concurrency: 2}
+duration_s: 600.0
+slo: {interactivity_tok_per_s_p90: 5.0}
+cost_model: semianalysis_tco_neocloud
+"""
+
+
+def test_run_writes_tables_and_summary(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(SCENARIO)
+    code, stdout, stderr = plan("run", str(f), "--json", "--out", str(tmp_path / "out"))
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    keys = (
+        "throughput_tok_per_s_per_gpu",
+        "interactivity_tok_per_s_p90",
+        "ttft_s_p90",
+        "prefix_hit_rate",
+        "gpu_hit_rate",
+        "cpu_hit_rate",
+        "tokens_per_usd",
+        "slo_met",
+    )
+    for key in keys:
+        assert key in data, key
+    assert data["requests_finished"] > 0
+    assert data["tokens_per_usd"] == pytest.approx(
+        data["throughput_tok_per_s_per_gpu"] * 3600 / 1.69  # neocloud H100 $/GPU-hour
+    )
+    import pandas as pd
+
+    requests = pd.read_csv(tmp_path / "out" / "requests.csv")
+    finished = requests[requests.status == "finished"]
+    assert (
+        finished.gpu_hit_tokens + finished.cpu_hit_tokens + finished.computed_prompt_tokens
+        == finished.prompt_tokens
+    ).all()
+    assert len(pd.read_csv(tmp_path / "out" / "steps.csv")) > 0
+    code, stdout, _ = plan("run", str(f))
+    assert code == 0
+    assert "throughput per GPU" in stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (SCENARIO.replace("tp: 8", "tp: 3"), "serving.tp"),
+        (SCENARIO.replace("sessions: 4", "sessions: -4"), "workload.agentic.sessions"),
+        (SCENARIO.replace("concurrency: 2", "users: 2"), "workload.agentic.users"),
+        (SCENARIO + "colour: blue\n", "colour"),
+        (SCENARIO.replace("device: h100", "device: tpu9"), "device"),
+    ],
+)
+def test_run_bad_scenario_is_one_line(tmp_path: Path, text: str, field: str) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    code, _, stderr = plan("run", str(f))
+    assert code == 2
+    assert len(stderr.strip().splitlines()) == 1
+    assert str(f) in stderr
+    assert field in stderr

@@ -1,0 +1,77 @@
+"""Engine speed: replay the 710 WEKA agentic sessions on one 8-GPU Kimi K3 replica.
+
+Closed loop with 64 concurrent users (each user runs sessions back to back, as AgentX
+does), Kimi K3 TP8 on MI355X, roofline priors. Reports wall time (median of --repeats),
+engine events per second (recorded step runs + request arrivals and finishes) and simulated
+tokens per second of wall time (prompt + output tokens of all requests).
+
+Run:  .venv/bin/python benchmarks/engine_agentic.py [--dcp 8] [--repeats 3]
+      [--trace ../shared/data/agentic_cc_traces_weka/cc_traces_weka_710.jsonl.gz]
+Target (issue): under 60 s wall on one core of this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from simulator.simulation import simulate
+from simulator.specs import Scenario
+
+TRACE = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared/data/agentic_cc_traces_weka/cc_traces_weka_710.jsonl.gz"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--dcp", type=int, default=8)
+    parser.add_argument("--users", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if not args.trace.exists():
+        raise SystemExit(f"trace not found: {args.trace} (clone beside ../shared or pass --trace)")
+    scenario = Scenario.model_validate(
+        {
+            "name": "bench-agentic-710",
+            "model": "kimi-k3",
+            "device": "mi355x",
+            "serving": {"tp": 8, "dcp": args.dcp},
+            "workload": {
+                "kind": "trace",
+                "path": str(args.trace),
+                "format": "agentic",
+                "concurrency": args.users,
+            },
+        }
+    )
+    walls, result = [], None
+    for _ in range(args.repeats):
+        result = simulate(scenario)
+        walls.append(result.wall_s)
+    assert result is not None
+    rec = result.recorder
+    tokens = sum(r.prompt_tokens + r.generated for r in rec.requests)
+    events = len(rec.steps) + 2 * len(rec.requests)
+    wall = statistics.median(walls)
+    s = result.summary
+    print(f"requests            {len(rec.requests):,} ({s.requests_rejected} rejected)")
+    print(f"simulated span      {s.window_s:,.0f} s, {s.steps:,} engine steps")
+    runs = ", ".join(f"{w:.1f}" for w in walls)
+    print(f"wall (median of {args.repeats})  {wall:.1f} s   runs: {runs}")
+    print(f"events/s            {events / wall:,.0f}  ({events:,} events)")
+    print(f"simulated tokens/s  {tokens / wall:,.0f}  ({tokens:,} tokens)")
+    print(
+        f"throughput/GPU {s.throughput_tok_per_s_per_gpu:,.0f} tok/s, hit rate"
+        f" {s.prefix_hit_rate:.1%}, P90 interactivity {s.interactivity_tok_per_s_p90 or 0:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""The discrete-event serving engine (SimPy): replicas behind a router, fed by a replay.
+
+One process per replica: schedule a step (vLLM v1 rules), ask the cost model how long it
+takes, wait that long, commit, record. Pure-decode steps with an unchanged batch are
+fast-forwarded: up to ``MAX_FAST_FORWARD`` identical steps are committed at once (context
+growth over the run is ignored when pricing them: < 0.3 % at 100k-token contexts), and an
+arrival interrupts the run at the next step boundary. The event count therefore scales with
+arrivals, completions and batch changes, not with output tokens.
+
+Async scheduling: a step's tokens reach the client one step late (``token_s`` = end of the
+step + its duration); the cost model already takes max(GPU, CPU) per step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import simpy
+
+from simulator.cost.step import StepCostModel, StepShape
+from simulator.metrics import Recorder, StepRecord
+from simulator.scheduler import PrefixHitLike, ReqState, Scheduler, Status, StepPlan
+from simulator.workload.replay import Due, Replay
+from simulator.workload.request import Request
+
+MAX_FAST_FORWARD = 256
+ProcessGenerator = Generator[simpy.Event, object, None]
+RouterPolicy = Literal["round_robin", "least_loaded", "session_affinity"]
+
+
+class SchedulerStallError(RuntimeError):
+    """The cache is full and nothing can be preempted or admitted: a configuration error."""
+
+
+@dataclass
+class ReplicaParts:
+    scheduler: Scheduler
+    cost: StepCostModel
+    block_tokens: int  # sequence tokens per scheduler block (block size x dcp)
+    load_bytes: Callable[[PrefixHitLike], float]  # per GPU, over its own host link
+    host_bw_bytes_per_s: float
+    host_latency_s: float
+    blocks_used: Callable[[], int]
+
+
+class Replica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica_id: int,
+        parts: ReplicaParts,
+        recorder: Recorder,
+        on_finish: Callable[[ReqState], None],
+        accept: Callable[[int], int] | None,
+    ) -> None:
+        self.env = env
+        self.id = replica_id
+        self.parts = parts
+        self.sched = parts.scheduler
+        self.recorder = recorder
+        self.on_finish = on_finish
+        self.accept = accept
+        self._wakeup: simpy.Event | None = None
+        self.last_step_s = 0.0
+        self.process = env.process(self._run())
+
+    @property
+    def load(self) -> int:
+        s = self.sched
+        return len(s.waiting) + len(s.running) + len(s.loading) + len(s.holding)
+
+    def submit(self, state: ReqState) -> None:
+        state.replica = self.id
+        if not self.sched.add(state):
+            state.finish_s = self.env.now
+            self.on_finish(state)  # rejected, with its reason
+            return
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _load_seconds(self, hit: PrefixHitLike) -> float:
+        """Transfer time over the host link + its latency + about one step (vLLM's async
+        load lands between steps)."""
+        p = self.parts
+        return p.load_bytes(hit) / p.host_bw_bytes_per_s + p.host_latency_s + self.last_step_s
+
+    def _idle(self) -> ProcessGenerator:
+        self._wakeup = self.env.event()
+        next_load = self.sched.next_load_s()
+        if next_load is not None and next_load <= self.env.now:
+            raise SchedulerStallError(f"replica {self.id}: a landed KV load was never scheduled")
+        if next_load is not None:
+            yield self._wakeup | self.env.timeout(max(next_load - self.env.now, 0.0))
+        else:
+            yield self._wakeup
+        self._wakeup = None
+
+    def _run(self) -> ProcessGenerator:
+        env, sched = self.env, self.sched
+        while True:
+            sched.land(env.now)
+            if not sched.has_schedulable():
+                yield from self._idle()
+                continue
+            plan = sched.schedule(env.now, self._load_seconds)
+            if plan.num_tokens == 0:
+                if sched.loading or plan.started_loads:
+                    yield from self._idle()
+                    continue
+                raise SchedulerStallError(
+                    f"replica {self.id} at t={env.now:.3f}s: nothing fits in the KV cache"
+                    f" ({len(sched.waiting)} waiting, {len(sched.running)} running)"
+                )
+            cost = self.parts.cost.price(self._shape(plan))
+            step_s = cost.seconds
+            steps = self._fast_forward_steps(plan)
+            start = env.now
+            if steps > 1:
+                self._wakeup = env.event()
+                yield self._wakeup | env.timeout(steps * step_s)
+                self._wakeup = None
+                done = min(steps, max(1, math.ceil((env.now - start) / step_s - 1e-9)))
+                if start + done * step_s > env.now:
+                    yield env.timeout(start + done * step_s - env.now)
+                steps = done
+            else:
+                yield env.timeout(step_s)
+            self.last_step_s = step_s
+            if steps > 1:
+                finished = self._commit_decodes(plan, steps, step_s)
+            else:
+                finished = sched.commit(plan, env.now + step_s, self.accept)
+            self.recorder.on_step(
+                StepRecord(
+                    replica=self.id,
+                    start_s=start,
+                    step_s=step_s * steps,
+                    steps=steps,
+                    decodes=sum(1 for e in plan.entries if e[3]),
+                    prefill_tokens=sum(e[1] for e in plan.entries if not e[3]),
+                    kv_blocks_used=self.parts.blocks_used(),
+                    breakdown_s=cost.breakdown_s,
+                )
+            )
+            for req in finished:
+                self.on_finish(req)
+
+    def _shape(self, plan: StepPlan) -> StepShape:
+        dec_n = dec_tok = 0
+        dec_kv = 0.0
+        pre_n = pre_tok = 0
+        pre_kv = pre_pairs = 0.0
+        for _, new, ctx, decode in plan.entries:
+            if not decode:
+                pre_n += 1
+                pre_tok += new
+                pre_kv += ctx + new
+                pre_pairs += new * ctx + new * (new + 1) / 2
+            else:
+                dec_n += 1
+                dec_tok += new
+                dec_kv += ctx + new
+        m = self.parts.cost
+        window, span = m.window, m.sparse_span
+        return StepShape(
+            num_decodes=dec_n,
+            decode_tokens=dec_tok,
+            decode_kv=dec_kv,
+            decode_kv_window=min(dec_kv, dec_n * window),
+            decode_kv_sparse=min(dec_kv, dec_n * span),
+            num_prefills=pre_n,
+            prefill_tokens=pre_tok,
+            prefill_kv=pre_kv,
+            prefill_kv_window=min(pre_kv, pre_tok + pre_n * window),
+            prefill_pairs=pre_pairs,
+            prefill_pairs_window=min(pre_pairs, pre_tok * window),
+        )
+
+    def _fast_forward_steps(self, plan: StepPlan) -> int:
+        """How many identical decode steps this plan can stand for (1 = no fast-forward)."""
+        s = self.sched
+        if s.k or plan.preempted or plan.started_loads or s.holding or s.loading:
+            return 1
+        if s.waiting and len(s.running) < s.max_num_seqs:
+            return 1  # each step would try to admit
+        if len(plan.entries) != len(s.running):
+            return 1
+        if any(not decode or n != 1 for _, n, _, decode in plan.entries):
+            return 1
+        steps = min(r.request.output_tokens - r.generated for r, _, _, _ in plan.entries)
+        steps = min(steps, MAX_FAST_FORWARD)
+        if steps <= 1:
+            return 1
+        # every request must be able to hold the tokens of all the steps
+        for r, _, _, _ in plan.entries:
+            while steps > 1 and not s.cache.grow(r.req_id, r.computed + steps):
+                steps //= 2
+        return steps
+
+    def _commit_decodes(self, plan: StepPlan, steps: int, step_s: float) -> list[ReqState]:
+        """Commit ``steps`` decode steps at once: one token per request per step."""
+        s = self.sched
+        end = self.env.now
+        finished: list[ReqState] = []
+        for req, _, _, _ in plan.entries:
+            req.computed += steps
+            if req.first_token_s is None:  # cannot happen for a decode; kept for safety
+                req.first_token_s = end - (steps - 1) * step_s + step_s
+            req.itl_runs.append((step_s, steps))
+            req.generated += steps
+            req.last_token_s = end + step_s
+            s.cache.commit(req.req_id, req.computed, s._new_output_hashes(req, req.computed))
+            if req.generated >= req.request.output_tokens:
+                req.status = Status.FINISHED
+                req.finish_s = end + step_s
+                s.running.remove(req)
+                s.cache.free(req.req_id)
+                finished.append(req)
+        return finished
+
+
+class Router:
+    def __init__(self, replicas: list[Replica], policy: RouterPolicy) -> None:
+        self.replicas = replicas
+        self.policy = policy
+        self._next = 0
+
+    def pick(self, request: Request) -> Replica:
+        if self.policy == "least_loaded":
+            return min(self.replicas, key=lambda r: (r.load, r.id))
+        if self.policy == "session_affinity":
+            return self.replicas[request.session_id % len(self.replicas)]
+        replica = self.replicas[self._next % len(self.replicas)]
+        self._next += 1
+        return replica
+
+
+class Engine:
+    """Wires a replay to replicas; ``run()`` returns the recorder."""
+
+    def __init__(
+        self,
+        replay: Replay,
+        parts: list[ReplicaParts],
+        router: RouterPolicy = "session_affinity",
+        seed: int = 0,
+        acceptance_rate: float | None = None,
+        duration_s: float | None = None,
+        progress: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self.env = simpy.Environment()
+        self.replay = replay
+        self.recorder = Recorder()
+        self.rng = np.random.default_rng(seed)
+        self.acceptance_rate = acceptance_rate
+        accept = self._accept if acceptance_rate is not None else None
+        self.replicas = [
+            Replica(self.env, i, p, self.recorder, self._finished, accept)
+            for i, p in enumerate(parts)
+        ]
+        self.router = Router(self.replicas, router)
+        self.duration_s = duration_s
+        self.progress = progress
+        self.block_tokens = parts[0].block_tokens
+        self.done = 0
+        self.last_turn: dict[int, ReqState] = {}
+
+    def _accept(self, drafts: int) -> int:
+        """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run."""
+        assert self.acceptance_rate is not None
+        draws = self.rng.random(drafts) < self.acceptance_rate
+        return int(np.argmin(draws)) if not draws.all() else drafts
+
+    def _deliver(self, due: Due) -> ProcessGenerator:
+        at, request = due
+        if at > self.env.now:
+            yield self.env.timeout(at - self.env.now)
+        state = ReqState(request, request.engine_blocks(self.block_tokens), arrival_s=self.env.now)
+        self._link_previous_turn(state)
+        self.router.pick(request).submit(state)
+
+    def _link_previous_turn(self, state: ReqState) -> None:
+        """Give the previous turn's output blocks the chain ids this turn shows they have.
+
+        A turn's prompt is assumed to be the previous prompt + its output + new input when
+        it starts with the previous prompt's blocks and is at least that long. vLLM would
+        hit those output blocks (same tokens); without this they could never match.
+        """
+        request = state.request
+        prev = self.last_turn.get(request.session_id)
+        self.last_turn[request.session_id] = state
+        if prev is None or prev.finish_s is None or not prev.output_hashes:
+            return
+        n = len(prev.block_hashes)
+        ids = state.block_hashes
+        if len(ids) <= n or ids[:n] != prev.block_hashes:
+            return
+        if request.prompt_tokens < prev.prompt_tokens + prev.generated:
+            return
+        cache = self.replicas[prev.replica].sched.cache
+        for i, provisional in enumerate(prev.output_hashes, start=n):
+            if i >= len(ids):
+                break
+            cache.rename(provisional, ids[i])
+
+    def _schedule(self, dues: list[Due]) -> None:
+        for due in dues:
+            self.env.process(self._deliver(due))
+
+    def _open_arrivals(self) -> ProcessGenerator:
+        for due in self.replay.arrivals():
+            at, _ = due
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            yield from self._deliver(due)
+
+    def _finished(self, state: ReqState) -> None:
+        self.recorder.on_done(state)
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.env.now, self.done)
+        self._schedule(self.replay.on_finish(state.request, state.finish_s or self.env.now))
+
+    def run(self) -> Recorder:
+        self._schedule(self.replay.initial())
+        self.env.process(self._open_arrivals())
+        self.env.run(until=self.duration_s)
+        return self.recorder

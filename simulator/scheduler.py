@@ -1,0 +1,351 @@
+"""vLLM v1 step formation for one replica (``v1/core/sched/scheduler.py:Scheduler.schedule``).
+
+No prefill or decode phases: each request has ``computed`` tokens and ``num_tokens`` (prompt +
+generated + drafts); every step hands out tokens so that ``computed`` catches up. Rules:
+
+- RUNNING requests first, in list order (decodes and ongoing chunks), then WAITING ones FCFS,
+  packed into ``max_num_batched_tokens`` and ``max_num_seqs``; chunked prefill always on.
+- A running request that cannot get its blocks preempts the newest running request
+  (``running[-1]``), repeatedly, until it fits or preempts itself. Preemption is recompute:
+  all blocks are freed (hashed ones stay cached), ``computed`` drops to 0, and the request
+  goes back to the head of the waiting queue.
+- WAITING requests are admitted only if nothing was preempted this step, only if the whole
+  prompt fits (``full_sequence_must_fit``), and a failed admission stops the scan
+  (head-of-line blocking).
+- Hybrid models: every non-final prefill chunk ends on a block boundary
+  (``_mamba_block_aligned_split``), so recurrent states exist at block boundaries.
+- A prompt hit in the CPU tier is loaded asynchronously: the request waits
+  (``WAITING_FOR_REMOTE_KVS``) and takes no compute until the load has landed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from simulator.workload.request import Request, scope_key
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    LOADING = "loading"  # waiting for an asynchronous CPU -> GPU KV load
+    RUNNING = "running"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class PrefixHitLike(Protocol):
+    @property
+    def gpu_tokens(self) -> int: ...
+    @property
+    def cpu_tokens(self) -> int: ...
+    @property
+    def recompute_tokens(self) -> int: ...
+
+
+class CacheLike(Protocol):
+    """What the scheduler needs from the replica's KV cache manager (simulator/cache)."""
+
+    def lookup(
+        self, req_id: int, num_tokens: int, block_hashes: tuple[int, ...]
+    ) -> PrefixHitLike: ...
+    def admit(
+        self,
+        req_id: int,
+        num_tokens: int,
+        block_hashes: tuple[int, ...],
+        hit: PrefixHitLike,
+        lookahead_tokens: int,
+    ) -> bool: ...
+    def grow(self, req_id: int, total_tokens: int) -> bool: ...
+    def commit(
+        self, req_id: int, computed_tokens: int, new_block_hashes: Sequence[int] = ()
+    ) -> None: ...
+    def free(self, req_id: int) -> None: ...
+    def next_checkpoint(self, req_id: int) -> int | None: ...
+    def rename(self, old_hash: int, new_hash: int) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class ReqState:
+    """Engine-side state of one request."""
+
+    request: Request
+    block_hashes: tuple[int, ...]  # prompt chain ids at the engine block size
+    arrival_s: float
+    computed: int = 0
+    generated: int = 0
+    status: Status = Status.WAITING
+    ready_s: float = 0.0  # LOADING: when the CPU -> GPU load lands
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    finish_s: float | None = None
+    preemptions: int = 0
+    reject_reason: str = ""
+    # prompt tokens by where they came from (first admission only)
+    gpu_hit_tokens: int = 0
+    cpu_hit_tokens: int = 0
+    recomputed_tokens: int = 0
+    accounted: bool = False
+    itl_runs: list[tuple[float, int]] = field(default_factory=list)  # (gap s, tokens)
+    # ids of full blocks past the prompt's (prompt tail + output); provisional until the
+    # session's next turn shows which chain ids they carry (Engine renames them then)
+    output_hashes: list[int] = field(default_factory=list)
+    replica: int = 0
+
+    @property
+    def all_hashes(self) -> tuple[int, ...]:
+        """Chain ids of every full block of the sequence (a preempted request hits its own)."""
+        return self.block_hashes + tuple(self.output_hashes)
+
+    @property
+    def req_id(self) -> int:
+        return self.request.request_id
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.request.prompt_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the KV cache must hold: prompt plus generated output."""
+        return self.request.prompt_tokens + self.generated
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.num_tokens - 1 or self.generated == 0
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step computes: (request, new tokens, context before the step, is a decode)."""
+
+    entries: list[tuple[ReqState, int, int, bool]]
+    preempted: list[ReqState]
+    started_loads: list[ReqState]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(e[1] for e in self.entries)
+
+
+class Scheduler:
+    """One replica's queues and the vLLM v1 rules that turn them into a step."""
+
+    def __init__(
+        self,
+        cache: CacheLike,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        block_tokens: int,
+        hybrid: bool,
+        max_request_tokens: int,
+        num_speculative_tokens: int = 0,
+    ) -> None:
+        self.cache = cache
+        self.token_budget = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.block_tokens = block_tokens  # sequence tokens one scheduler block covers
+        self.hybrid = hybrid
+        self.max_request_tokens = max_request_tokens  # what an empty cache could hold
+        self.k = num_speculative_tokens
+        self.waiting: deque[ReqState] = deque()
+        self.loading: list[ReqState] = []  # CPU -> GPU loads in flight (they hold blocks)
+        self.holding: deque[ReqState] = deque()  # loads landed, not yet scheduled
+        self.running: list[ReqState] = []
+
+    # ---------------------------------------------------------------- queue
+
+    def add(self, state: ReqState) -> bool:
+        """Queue a request; False (and REJECTED) if it could never fit in this cache."""
+        need = state.request.prompt_tokens + state.request.output_tokens + self.k
+        if need > self.max_request_tokens:
+            state.status = Status.REJECTED
+            state.reject_reason = (
+                f"needs {need} tokens of KV cache; the whole cache holds {self.max_request_tokens}"
+            )
+            return False
+        self.waiting.append(state)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.loading or self.holding)
+
+    def has_schedulable(self) -> bool:
+        """Anything a step could compute now (loads in flight do not count)."""
+        return bool(self.waiting or self.running or self.holding)
+
+    def land(self, now_s: float) -> None:
+        """Loads that have landed by ``now_s`` hold their blocks and wait to be scheduled."""
+        for s in [s for s in self.loading if s.ready_s <= now_s]:
+            self.loading.remove(s)
+            self.holding.append(s)
+
+    def next_load_s(self) -> float | None:
+        return min((s.ready_s for s in self.loading), default=None)
+
+    # ---------------------------------------------------------------- one step
+
+    def schedule(self, now_s: float, load_seconds: LoadTimer | None = None) -> StepPlan:
+        """Form one step (vLLM ``Scheduler.schedule``)."""
+        budget = self.token_budget
+        entries: list[tuple[ReqState, int, int, bool]] = []
+        preempted: list[ReqState] = []
+        self.land(now_s)
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = self._num_new(req, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            while not self.cache.grow(req.req_id, req.computed + num_new + self.k):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            if req.status is not Status.RUNNING:
+                continue  # it preempted itself
+            entries.append((req, num_new, req.computed, not req.prefilling))
+            budget -= num_new
+            i += 1
+
+        started: list[ReqState] = []
+        if not preempted:
+            # requests whose KV load landed hold their blocks: they go first
+            while self.holding and budget > 0 and len(self.running) < self.max_num_seqs:
+                req = self.holding[0]
+                num_new = self._num_new(req, budget)
+                if not self.cache.grow(req.req_id, req.computed + num_new + self.k):
+                    break
+                self.holding.popleft()
+                self._run(req, num_new, entries)
+                budget -= num_new
+            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+                req = self.waiting[0]
+                hit = self.cache.lookup(req.req_id, req.num_tokens, req.all_hashes)
+                if not req.accounted:  # where the prompt came from, at first admission
+                    req.gpu_hit_tokens = hit.gpu_tokens
+                    req.cpu_hit_tokens = hit.cpu_tokens
+                    req.recomputed_tokens = hit.recompute_tokens
+                if not self.cache.admit(req.req_id, req.num_tokens, req.all_hashes, hit, self.k):
+                    break  # full_sequence_must_fit failed: head-of-line, stop the scan
+                self.waiting.popleft()
+                req.accounted = True
+                req.computed = hit.gpu_tokens + hit.cpu_tokens
+                if hit.cpu_tokens > 0 and load_seconds is not None:
+                    # asynchronous CPU -> GPU load: the request holds its blocks and waits
+                    req.status = Status.LOADING
+                    req.ready_s = now_s + load_seconds(hit)
+                    self.loading.append(req)
+                    started.append(req)
+                    continue
+                num_new = self._num_new(req, budget)
+                self._run(req, num_new, entries)
+                budget -= num_new
+        return StepPlan(entries, preempted, started)
+
+    def commit(
+        self, plan: StepPlan, token_s: float, accepted: AcceptanceSampler | None = None
+    ) -> list[ReqState]:
+        """Apply a finished step: advance ``computed``, emit tokens at ``token_s``, finish.
+
+        A request whose computed tokens reach the end of its sequence samples: one token, or
+        with speculative decoding ``a + 1`` tokens of which the ``K - a`` rejected drafts are
+        rolled back (``update_from_output``). Tokens reach the client at ``token_s`` (the engine
+        passes the end of the step plus the one-step lag of async scheduling).
+        """
+        finished: list[ReqState] = []
+        for req, num_new, _, _ in plan.entries:
+            req.computed += num_new
+            if req.computed >= req.num_tokens:
+                drafts = req.computed - req.num_tokens  # scheduled drafts past the sequence
+                took = accepted(drafts) if accepted is not None and drafts > 0 else 0
+                req.computed -= drafts - took
+                self._emit(req, took + 1, token_s)
+            computed = min(req.computed, req.num_tokens)
+            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+            if req.generated >= req.request.output_tokens:
+                req.status = Status.FINISHED
+                req.finish_s = token_s
+                self.running.remove(req)
+                self.cache.free(req.req_id)
+                finished.append(req)
+        return finished
+
+    def _new_output_hashes(self, req: ReqState, computed: int) -> list[int]:
+        """Provisional ids for blocks that ``computed`` tokens fill past the known ones."""
+        known = len(req.block_hashes) + len(req.output_hashes)
+        full = computed // self.block_tokens
+        if full <= known:
+            return []
+        new = [output_block_id(req.req_id, i) for i in range(known, full)]
+        req.output_hashes.extend(new)
+        return new
+
+    def _emit(self, req: ReqState, tokens: int, token_s: float) -> None:
+        tokens = min(tokens, req.request.output_tokens - req.generated)
+        if req.first_token_s is None:
+            req.first_token_s = token_s
+            if tokens > 1:
+                req.itl_runs.append((0.0, tokens - 1))
+        else:
+            assert req.last_token_s is not None
+            gap = (token_s - req.last_token_s) / tokens  # tokens of one verify share the gap
+            req.itl_runs.append((gap, tokens))
+        req.last_token_s = token_s
+        req.generated += tokens
+
+    def _run(
+        self, req: ReqState, num_new: int, entries: list[tuple[ReqState, int, int, bool]]
+    ) -> None:
+        req.status = Status.RUNNING
+        self.running.append(req)
+        entries.append((req, num_new, req.computed, not req.prefilling))
+
+    def _num_new(self, req: ReqState, budget: int) -> int:
+        remaining = req.num_tokens - req.computed
+        if remaining <= 0:
+            return 0
+        if not req.prefilling:
+            return min(1 + self.k, budget)  # a decode (plus K draft tokens to verify)
+        num_new = min(remaining, budget)
+        end = req.computed + num_new
+        if self.hybrid and end < req.num_tokens:
+            aligned = end // self.block_tokens * self.block_tokens - req.computed
+            if aligned > 0:  # else the chunk keeps private state until the next boundary
+                num_new = aligned
+        if self.hybrid:
+            # chunks also stop at mandatory checkpoints (replay boundary, shared-prefix junction)
+            stop = self.cache.next_checkpoint(req.req_id)
+            if stop is not None and req.computed < stop < req.computed + num_new:
+                num_new = stop - req.computed
+        return num_new
+
+    def _preempt(self, req: ReqState) -> None:
+        self.running.remove(req)
+        self.cache.free(req.req_id)
+        req.computed = 0
+        req.preemptions += 1
+        req.status = Status.WAITING
+        self.waiting.appendleft(req)
+
+
+def output_block_id(req_id: int, index: int) -> int:
+    """A provisional 64-bit id for a block filled by a request's output (not a chain id)."""
+    return scope_key("output", req_id, index)
+
+
+class LoadTimer(Protocol):
+    """Seconds until a CPU -> GPU load of ``hit`` has landed."""
+
+    def __call__(self, hit: PrefixHitLike) -> float: ...
+
+
+# Accepted draft tokens out of ``drafts`` scheduled ones (seeded by the engine).
+AcceptanceSampler = Callable[[int], int]

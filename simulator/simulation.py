@@ -1,0 +1,180 @@
+"""A scenario, end to end: build the replicas from the specs, replay the workload, summarise."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator import catalog
+from simulator.cost.latency import LatencyModels
+from simulator.cost.step import StepCostModel
+from simulator.engine import Engine, ReplicaParts
+from simulator.memory import MemoryReport, batch_limits, kv_layout, plan_memory
+from simulator.metrics import Recorder, Summary, summarize
+from simulator.scheduler import Scheduler
+from simulator.specs.loading import SpecError
+from simulator.specs.model import ModelCard
+from simulator.specs.scenario import Scenario
+from simulator.specs.serving import ServingConfig
+from simulator.workload import build_replay
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class SimResult:
+    scenario: Scenario
+    summary: Summary
+    recorder: Recorder
+    memory: MemoryReport
+    wall_s: float
+
+    def request_table(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = [
+            {
+                "request_id": r.req_id,
+                "session_id": r.request.session_id,
+                "turn": r.request.turn,
+                "status": r.status.value,
+                "arrival_s": r.arrival_s,
+                "first_token_s": r.first_token_s,
+                "finish_s": r.finish_s,
+                "ttft_s": None if r.first_token_s is None else r.first_token_s - r.arrival_s,
+                "e2e_s": None if r.finish_s is None else r.finish_s - r.arrival_s,
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.generated,
+                "gpu_hit_tokens": r.gpu_hit_tokens,
+                "cpu_hit_tokens": r.cpu_hit_tokens,
+                "computed_prompt_tokens": r.prompt_tokens - r.gpu_hit_tokens - r.cpu_hit_tokens,
+                "recomputed_tokens": r.recomputed_tokens,
+                "preemptions": r.preemptions,
+                "reject_reason": r.reject_reason,
+            }
+            for r in self.recorder.requests
+        ]
+        return pd.DataFrame(rows)
+
+    def step_table(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "replica": s.replica,
+                    "start_s": s.start_s,
+                    "step_s": s.step_s,
+                    "steps": s.steps,
+                    "decodes": s.decodes,
+                    "prefill_tokens": s.prefill_tokens,
+                    "kv_blocks_used": s.kv_blocks_used,
+                    **{f"{k}_s": v * s.steps for k, v in s.breakdown_s.items()},
+                }
+                for s in self.recorder.steps
+            ]
+        )
+
+
+def acceptance_rate(serving: ServingConfig) -> float | None:
+    """i.i.d. per-draft acceptance a; from a mean acceptance length L by solving
+    (1 - a^(K+1)) / (1 - a) = L (bisection: the left side grows with a)."""
+    spec = serving.speculative
+    if spec is None:
+        return None
+    if spec.acceptance_rate is not None:
+        return spec.acceptance_rate
+    assert spec.mean_acceptance_length is not None
+    k, target = spec.num_speculative_tokens, spec.mean_acceptance_length
+    lo, hi = 0.0, 1.0 - 1e-12
+    for _ in range(100):
+        a = (lo + hi) / 2
+        length = sum(a**i for i in range(k + 1))
+        lo, hi = (a, hi) if length < target else (lo, a)
+    return (lo + hi) / 2
+
+
+def _replica_parts(
+    card: ModelCard, scenario: Scenario, memory: MemoryReport, cost: StepCostModel
+) -> ReplicaParts:
+    from simulator.cache import CacheConfig, KVCacheManager
+
+    serving = scenario.serving
+    device = cost.device
+    layout = kv_layout(card, serving)
+    per_gpu = layout.bytes_per_block
+    cpu_blocks = int(serving.cpu_offload_bytes // (per_gpu * serving.gpus_per_replica))
+    config = CacheConfig.from_layout(
+        layout, serving, memory.num_blocks, cpu_blocks, serving.hybrid_store_attention_remainder
+    )
+    cache = KVCacheManager(config)
+    block_tokens = layout.block_size_tokens * serving.dcp
+    tokens_per_block, seqs = batch_limits(device, serving)
+    state_blocks = memory.state_pages_per_seq
+    full_groups = max(layout.count("full"), 1)
+    max_tokens = max(memory.num_blocks - state_blocks, 0) // full_groups * block_tokens
+    scheduler = Scheduler(
+        cache,
+        max_num_batched_tokens=tokens_per_block,
+        max_num_seqs=seqs,
+        block_tokens=block_tokens,
+        hybrid=card.is_hybrid,
+        max_request_tokens=max_tokens,
+        num_speculative_tokens=serving.num_speculative_tokens,
+    )
+    return ReplicaParts(
+        scheduler=scheduler,
+        cost=cost,
+        block_tokens=block_tokens,
+        load_bytes=cache.load_bytes,  # type: ignore[arg-type]
+        host_bw_bytes_per_s=device.host_link.bw_bytes_per_s,
+        host_latency_s=device.host_link.latency_s,
+        blocks_used=lambda: cache.usage.used_blocks,
+    )
+
+
+def simulate(
+    scenario: Scenario,
+    source: str | Path = "(scenario)",
+    base_dir: str | Path = ".",
+    progress: Callable[[float, int], None] | None = None,
+) -> SimResult:
+    """Run ``scenario``; ``source`` names its file in error messages."""
+    start = time.perf_counter()
+    try:
+        card = catalog.model_card(scenario.model)
+        device = catalog.hardware_profile(scenario.device)
+    except SpecError as exc:
+        if exc.file != "(arguments)":
+            raise
+        raise SpecError(source, exc.field, exc.reason) from None
+    serving = scenario.serving
+    devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
+    try:
+        memory = plan_memory(card, device, serving, context_tokens=1, devices=devices)
+    except SpecError as exc:
+        raise SpecError(source, exc.field, exc.reason) from None
+    if memory.num_blocks <= memory.blocks_per_seq:
+        raise SpecError(source, "serving", f"{card.name} on {device.name}: {memory.fits_reason}")
+    latency = LatencyModels.for_device(device)
+    parts = []
+    for _ in range(serving.dp):
+        cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
+        parts.append(_replica_parts(card, scenario, memory, cost))
+    replay = build_replay(scenario.workload, scenario.seed, base_dir)
+    engine = Engine(
+        replay,
+        parts,
+        router=scenario.router,
+        seed=scenario.seed,
+        acceptance_rate=acceptance_rate(serving),
+        duration_s=scenario.duration_s,
+        progress=progress,
+    )
+    recorder = engine.run()
+    summary = summarize(recorder, serving.num_gpus, scenario.warmup_s, scenario.duration_s)
+    return SimResult(scenario, summary, recorder, memory, time.perf_counter() - start)
