@@ -37,12 +37,15 @@ from simulator.specs.precision import (
 from simulator.specs.serving import ServingConfig
 from simulator.weights import precision_of
 
-Category = Literal["attention", "recurrent", "moe", "dense", "communication", "overhead"]
+Category = Literal[
+    "attention", "recurrent", "moe", "dense", "drafting", "communication", "overhead"
+]
 CATEGORIES: tuple[Category, ...] = (
     "attention",
     "recurrent",
     "moe",
     "dense",
+    "drafting",
     "communication",
     "overhead",
 )
@@ -239,6 +242,8 @@ class _Ops:
             model.serving.fused_decode_kernels and shape.num_prefills == 0 and shape.num_decodes > 0
         )
         self.t = float(model.padded(shape))
+        self.prefix = ""  # "draft." while the drafter's passes are recorded
+        self.drafting: Category | None = None
 
     # ---------------------------------------------------------------- recording
 
@@ -248,13 +253,14 @@ class _Ops:
         if count > 0:
             b = float(work.bytes)
             k = work.kernels if b > 0 else 0.0
-            self.rows.append((name, cls, _CAT_INDEX[cat], count, float(work.flops), b, k, peak))
+            cat_i = _CAT_INDEX[self.drafting or cat]
+            self.rows.append((self.prefix + name, cls, cat_i, count, float(work.flops), b, k, peak))
 
     def collective(
         self, name: str, cls: OpClass, count: float, bytes_per_rank: float, world: int
     ) -> None:
         if count > 0 and world > 1 and bytes_per_rank > 0:
-            self.colls.append((name, cls, count, bytes_per_rank, float(world)))
+            self.colls.append((self.prefix + name, cls, count, bytes_per_rank, float(world)))
 
     def gemm(
         self,
@@ -271,7 +277,8 @@ class _Ops:
         if count > 0 and m > 0:
             work = ops.gemm(m, n, k, w)
             flops, moved = float(work.flops), float(work.bytes)
-            self.rows.append((name, "gemm", _CAT_INDEX[cat], count, flops, moved, 1.0, peak))
+            cat_i = _CAT_INDEX[self.drafting or cat]
+            self.rows.append((self.prefix + name, "gemm", cat_i, count, flops, moved, 1.0, peak))
             if self.want_shapes:
                 self.shapes[len(self.rows) - 1] = (m, n, k, w)
 
@@ -312,6 +319,41 @@ class _Ops:
         if m.n_moe:
             self._moe(m.n_moe)
         self._head()
+        if serving.num_speculative_tokens and s.num_decodes:
+            self._draft(serving.num_speculative_tokens)
+
+    def _draft(self, k: int) -> None:
+        """K sequential draft passes over the decoding requests (EAGLE/MTP): each one decoder
+        layer of the target's full-attention kind (the MTP module, or an EAGLE head of that
+        shape) over the request's context, its MLP, and the lm_head (vllm_mechanics.md 8)."""
+        m, s = self.m, self.s
+        card, tp = m.card, m.serving.tp
+        d = float(card.hidden_size)
+        saved_t, saved_s = self.t, self.s
+        b = s.num_decodes
+        self.t = float(b)
+        self.s = StepShape(
+            num_decodes=b, decode_tokens=b, decode_kv=s.decode_kv,
+            decode_kv_window=s.decode_kv_window, decode_kv_sparse=s.decode_kv_sparse,
+        )  # fmt: skip
+        self.prefix, self.drafting = "draft.", "drafting"
+        kind = next(
+            (x for x in reversed(card.layer_kinds) if x in ("mla", "gqa", "swa", "sparse_gqa")),
+            None,
+        )
+        if kind == "mla":
+            self._mla(k)
+        elif kind is not None:
+            self._gqa(kind, k)
+        self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
+        if card.moe_layer_mask[-1]:
+            self._moe(k)
+        else:
+            self._dense_mlp(k)
+        vocab = card.vocab_size / tp
+        self.gemm("lm_head", "dense", k, b, vocab, d, self.wbytes("lm_head"), self.peak("lm_head"))
+        self.t, self.s = saved_t, saved_s
+        self.prefix, self.drafting = "", None
 
     def _mla(self, n: float) -> None:
         m, s, t = self.m, self.s, self.t

@@ -186,3 +186,21 @@ def test_shape_of_splits_decodes_and_prefills() -> None:
     assert s.decode_kv_window == 8
     assert s.prefill_tokens == 104
     assert s.prefill_pairs == 1 + (100 * 50 + 5050) + (3 * 7 + 6)
+
+
+def test_speculative_decoding_pays_for_k_draft_passes() -> None:
+    spec = {"method": "mtp", "num_speculative_tokens": 2, "acceptance_rate": 0.7}
+    m = model("deepseek-v3", "b200", tp=8, speculative=spec)
+    cost = m.step(np.full(8, 3), np.full(8, 4000), detail=True)
+    drafts = [x for x in cost.lines if x.name.startswith("draft.")]
+    # compute in its own category; the drafter's all-reduces count as communication
+    assert {x.category for x in drafts} == {"drafting", "communication"}
+    assert {x.category for x in drafts if x.category != "communication"} == {"drafting"}
+    # K = 2 sequential passes of one MLA + MoE layer over the 8 decoding requests
+    assert next(x for x in drafts if x.name == "draft.mla.o_proj").count == 2
+    assert next(x for x in drafts if x.name == "draft.lm_head").flops == 2 * 8 * (129280 / 8) * 7168
+    assert cost.breakdown_s["drafting"] > 0
+    plain = model("deepseek-v3", "b200", tp=8).step(np.ones(8, dtype=np.int64), np.full(8, 4000))
+    assert plain.breakdown_s["drafting"] == 0
+    prefill = m.step(np.array([512]), np.array([0]))
+    assert prefill.breakdown_s["drafting"] == 0  # no decodes, nothing to draft for
