@@ -434,8 +434,12 @@ def _print_memory_comparison(reports: list[Any]) -> None:
 
 
 @_command(app, "demo")
-def demo() -> None:
-    """Kimi K3 on 8x MI355X / B300 / GB300 / H200: weights, KV, state, 142k-token sessions."""
+def demo(
+    simulate_minutes: Annotated[
+        float, typer.Option(help="Simulated minutes of agent traffic (0: memory table only).")
+    ] = 120.0,
+) -> None:
+    """Kimi K3: memory on 8x MI355X / B300 / GB300 / H200, then 64 coding agents on 8x MI355X."""
     memory(
         model="kimi-k3",
         device=["mi355x", "b300", "gb300", "h200"],
@@ -443,6 +447,39 @@ def demo() -> None:
         tp=8,
         dcp=[1, 8],
     )
+    if simulate_minutes <= 0:
+        return
+    from simulator.simulation import simulate
+
+    t = Table(
+        title=f"Kimi K3, 8x MI355X TP8: 64 coding-agent users, {simulate_minutes:g} simulated"
+        " minutes (built-in agentic generator, closed loop; first 15 min not measured)"
+    )
+    for col in ("DCP", "CPU offload", "tok/s/GPU", "P90 tok/s/user", "TTFT P50 s",
+                "TTFT P90 s", "hit rate (GPU+CPU)", "wall s"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for dcp_size, offload in ((1, 0.0), (8, 0.0), (1, float(1 << 40))):
+        scenario = Scenario.model_validate(
+            {
+                "name": "demo",
+                "model": "kimi-k3",
+                "device": "mi355x",
+                "serving": {"tp": 8, "dcp": dcp_size, "cpu_offload_bytes": offload},
+                "workload": {"kind": "agentic", "sessions": 1000, "concurrency": 64},
+                "duration_s": simulate_minutes * 60,
+                "warmup_s": min(900.0, simulate_minutes * 60 / 4),
+            }
+        )
+        r = simulate(scenario, "(demo)")
+        s = r.summary
+        t.add_row(
+            str(dcp_size), "1 TiB" if offload else "-", f"{s.throughput_tok_per_s_per_gpu:,.0f}",
+            f"{s.interactivity_tok_per_s_p90 or 0:,.1f}", f"{s.ttft_s_p50 or 0:,.2f}",
+            f"{s.ttft_s_p90 or 0:,.2f}",
+            f"{s.prefix_hit_rate:.0%} ({s.gpu_hit_rate:.0%}+{s.cpu_hit_rate:.0%})",
+            f"{r.wall_s:,.1f}",
+        )  # fmt: skip
+    _console().print(t)
 
 
 # ------------------------------------------------------------------------------------ step

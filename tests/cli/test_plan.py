@@ -60,10 +60,12 @@ def test_memory_table_and_demo_print() -> None:
     assert code == 0
     assert "block size" in stdout
     assert "fits" in stdout
-    code, stdout, _ = plan("demo")
+    code, stdout, _ = plan("demo", "--simulate-minutes", "20")
     assert code == 0
     for name in ("mi355x", "b300", "gb300", "h200"):
         assert name in stdout
+    assert "64 coding-agent users" in stdout
+    assert "1 TiB" in stdout
 
 
 def test_serving_file_with_flags_on_top(tmp_path: Path) -> None:
