@@ -91,6 +91,16 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
 
 
+def _print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
+    """A two-column table: label, right-aligned value."""
+    t = Table(show_header=False, title=title)
+    t.add_column()
+    t.add_column(justify="right")
+    for k, v in rows:
+        t.add_row(k, v)
+    _console().print(t)
+
+
 def _gib(x: float) -> str:
     return f"{x / GIB:,.1f}"
 
@@ -381,12 +391,7 @@ def _print_memory_detail(r: Any) -> None:
         ("fits", f"{'yes' if r.fits else 'NO'}: {r.fits_reason}"),
         ("fits on (model alone)", r.fits_on),
     ]
-    s = Table(show_header=False, title="KV cache and capacity (per GPU unless stated)")
-    s.add_column()
-    s.add_column(justify="right")
-    for k, v in rows:
-        s.add_row(k, v)
-    _console().print(s)
+    _print_pairs("KV cache and capacity (per GPU unless stated)", rows)
 
 
 def _print_memory_comparison(reports: list[Any]) -> None:
@@ -676,11 +681,6 @@ def run(
         return "-" if x is None else format(x, spec)
 
     s = summary
-    t = Table(
-        title=f"{scenario.name}: {scenario.model} on {scenario.serving.num_gpus}x {scenario.device}"
-    )
-    t.add_column("metric")
-    t.add_column("value", justify="right")
     rows = [
         ("throughput per GPU (total tokens/s)", fmt(s.throughput_tok_per_s_per_gpu, ",.1f")),
         ("output tokens/s per GPU", fmt(s.output_tok_per_s_per_gpu, ",.1f")),
@@ -702,9 +702,8 @@ def run(
         ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[_slo_met(scenario, s)]),
         ("wall time", f"{result.wall_s:,.1f} s"),
     ]  # fmt: skip
-    for k, v in rows:
-        t.add_row(k, v)
-    _console().print(t)
+    title = f"{scenario.name}: {scenario.model} on {scenario.serving.num_gpus}x {scenario.device}"
+    _print_pairs(title, rows)
 
 
 def _tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:
@@ -1021,12 +1020,7 @@ def workload_stats_command(
         ("token reuse (unlimited cache)", pct(st.token_reuse)),
         ("bad records skipped", f"{st.bad_records:,}"),
     ]
-    t = Table(show_header=False, title="Workload statistics")
-    t.add_column()
-    t.add_column(justify="right")
-    for k, v in rows:
-        t.add_row(k, v)
-    _console().print(t)
+    _print_pairs("Workload statistics", rows)
     for reason in st.bad_reasons:
         _console().print(f"  skipped: {reason}")
 

@@ -23,7 +23,8 @@ import simpy
 
 from simulator.cost.step import StepCostModel, StepShape
 from simulator.metrics import Recorder, StepRecord
-from simulator.scheduler import PrefixHitLike, ReqState, Scheduler, Status, StepPlan
+from simulator.cache.prefix import HitLike
+from simulator.scheduler import ReqState, Scheduler, Status, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
 
@@ -41,7 +42,7 @@ class ReplicaParts:
     scheduler: Scheduler
     cost: StepCostModel
     block_tokens: int  # sequence tokens per scheduler block (block size x dcp)
-    load_bytes: Callable[[PrefixHitLike], float]  # per GPU, over its own host link
+    load_bytes: Callable[[HitLike], float]  # per GPU, over its own host link
     host_bw_bytes_per_s: float
     host_latency_s: float
     blocks_used: Callable[[], int]
@@ -82,7 +83,7 @@ class Replica:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _load_seconds(self, hit: PrefixHitLike) -> float:
+    def _load_seconds(self, hit: HitLike) -> float:
         """Transfer time over the host link + its latency + about one step (vLLM's async
         load lands between steps)."""
         p = self.parts

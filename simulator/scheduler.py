@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from simulator.cache.prefix import HitLike as PrefixHitLike
 from simulator.workload.request import Request, scope_key
 
 
@@ -35,15 +36,6 @@ class Status(enum.Enum):
     RUNNING = "running"
     FINISHED = "finished"
     REJECTED = "rejected"
-
-
-class PrefixHitLike(Protocol):
-    @property
-    def gpu_tokens(self) -> int: ...
-    @property
-    def cpu_tokens(self) -> int: ...
-    @property
-    def recompute_tokens(self) -> int: ...
 
 
 class CacheLike(Protocol):
