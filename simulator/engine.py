@@ -21,9 +21,9 @@ from typing import Literal
 import numpy as np
 import simpy
 
+from simulator.cache.prefix import HitLike
 from simulator.cost.step import StepCostModel, StepShape
 from simulator.metrics import Recorder, StepRecord
-from simulator.cache.prefix import HitLike
 from simulator.scheduler import ReqState, Scheduler, Status, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
