@@ -151,34 +151,40 @@ class Replica:
                 self.on_finish(req)
 
     def _shape(self, plan: StepPlan) -> StepShape:
-        dec_n = dec_tok = 0
-        dec_kv = 0.0
-        pre_n = pre_tok = 0
-        pre_kv = pre_pairs = 0.0
-        for _, new, ctx, decode in plan.entries:
-            if not decode:
-                pre_n += 1
-                pre_tok += new
-                pre_kv += ctx + new
-                pre_pairs += new * ctx + new * (new + 1) / 2
-            else:
-                dec_n += 1
-                dec_tok += new
-                dec_kv += ctx + new
+        """The sums the step cost model needs (``step.shape_of`` without numpy overhead)."""
         m = self.parts.cost
         window, span = m.window, m.sparse_span
+        dec_n = dec_tok = pre_n = pre_tok = 0
+        dec_kv = dec_kv_w = dec_kv_s = 0.0
+        pre_kv = pre_kv_w = pairs = pairs_w = 0.0
+        for _, new, ctx, decode in plan.entries:
+            kv = ctx + new
+            if decode:
+                dec_n += 1
+                dec_tok += new
+                dec_kv += kv
+                dec_kv_w += min(kv, window)
+                dec_kv_s += min(kv, span)
+            else:
+                pre_n += 1
+                pre_tok += new
+                pre_kv += kv
+                pre_kv_w += min(kv, new + window)
+                p = new * ctx + new * (new + 1) / 2
+                pairs += p
+                pairs_w += min(p, new * window)
         return StepShape(
             num_decodes=dec_n,
             decode_tokens=dec_tok,
             decode_kv=dec_kv,
-            decode_kv_window=min(dec_kv, dec_n * window),
-            decode_kv_sparse=min(dec_kv, dec_n * span),
+            decode_kv_window=dec_kv_w,
+            decode_kv_sparse=dec_kv_s,
             num_prefills=pre_n,
             prefill_tokens=pre_tok,
             prefill_kv=pre_kv,
-            prefill_kv_window=min(pre_kv, pre_tok + pre_n * window),
-            prefill_pairs=pre_pairs,
-            prefill_pairs_window=min(pre_pairs, pre_tok * window),
+            prefill_kv_window=pre_kv_w,
+            prefill_pairs=pairs,
+            prefill_pairs_window=pairs_w,
         )
 
     def _fast_forward_steps(self, plan: StepPlan) -> int:

@@ -191,3 +191,21 @@ def test_cpu_tier_serves_evicted_prefixes_after_an_async_load() -> None:
     s = summarize(rec, num_gpus=8)
     assert s.cpu_hit_rate > 0
     assert s.prefix_hit_rate == s.gpu_hit_rate + s.cpu_hit_rate
+
+
+def test_engine_step_sums_equal_the_cost_models() -> None:
+    from simulator.cost.step import shape_of
+    from simulator.engine import Replica
+    from simulator.scheduler import StepPlan
+
+    gpt = catalog.model_card("gpt-oss-120b")  # sliding-window layers: the windowed sums matter
+    cost = StepCostModel(gpt, H100, ServingConfig(tp=8), LatencyModels(H100))
+    p = parts(64, 512, 8)
+    p.cost = cost
+    replica = Replica.__new__(Replica)
+    replica.parts = p
+    new = [1, 1, 300, 40]
+    ctx = [50, 5000, 0, 900]
+    entries = [(None, n, c, n == 1) for n, c in zip(new, ctx, strict=True)]
+    plan = StepPlan(entries, [], [])  # type: ignore[arg-type]
+    assert replica._shape(plan) == shape_of(np.array(new), np.array(ctx), 1, cost.window)
