@@ -1,0 +1,1 @@
+"""Search, analysis and reports: which device and configuration meets an SLO cheapest."""

@@ -1,0 +1,164 @@
+"""From runs to answers: frontiers, operating points, the best configuration per device,
+tokens per dollar, fleet size for a demand, memory headroom and knob sensitivity.
+
+Operating point of a configuration (DESIGN section 2): the highest throughput per GPU among
+its concurrency levels whose P90 interactivity (and P90 TTFT, when the SLO has one) meets the
+SLO. Tokens per dollar = throughput per GPU x 3600 / USD per GPU-hour of the cost model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from simulator import catalog
+from simulator.planner.space import KNOBS, Candidate, Pruned, SearchSpace
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NODE_GPUS = 8  # GPUs per node when sizing a fleet (an HGX / OAM box, or 8 GPUs of an NVL72)
+
+
+def runs_table(
+    space: SearchSpace, candidates: list[Candidate], results: dict[str, dict[str, Any]]
+) -> pd.DataFrame:
+    """One row per run: knobs, concurrency, the summary, cost and SLO verdict."""
+    import pandas as pd
+
+    prices = catalog.cost_model(space.cost_model).usd_per_gpu_hour
+    slo = space.slo
+    rows = []
+    for cand in candidates:
+        device = catalog.hardware_profile(cand.device)
+        for sc in cand.scenarios:
+            r = results[sc.name]
+            price = prices.get(cand.device)
+            tput = r["throughput_tok_per_s_per_gpu"]
+            inter = r["interactivity_tok_per_s_p90"]
+            ok = slo.interactivity_tok_per_s_p90 is None or (
+                inter is not None and inter >= slo.interactivity_tok_per_s_p90
+            )
+            if slo.ttft_s_p90 is not None:
+                ok = ok and r["ttft_s_p90"] is not None and r["ttft_s_p90"] <= slo.ttft_s_p90
+            spec = cand.knobs["speculative"]
+            rows.append(
+                {
+                    "config_id": cand.config_id,
+                    "device": cand.device,
+                    "calibrated": device.calibrated,
+                    **{k: cand.knobs[k] for k in KNOBS if k != "speculative"},
+                    "speculative": (
+                        f"{spec['method']} K={spec['num_speculative_tokens']}" if spec else ""
+                    ),
+                    "concurrency": sc.workload.concurrency,
+                    "throughput_tok_per_s_per_gpu": tput,
+                    "output_tok_per_s_per_gpu": r["output_tok_per_s_per_gpu"],
+                    "interactivity_p50": r["interactivity_tok_per_s_p50"],
+                    "interactivity_p90": inter,
+                    "ttft_p50_s": r["ttft_s_p50"],
+                    "ttft_p90_s": r["ttft_s_p90"],
+                    "prefix_hit_rate": r["prefix_hit_rate"],
+                    "gpu_hit_rate": r["gpu_hit_rate"],
+                    "cpu_hit_rate": r["cpu_hit_rate"],
+                    "kv_cache_gib_per_gpu": r["kv_cache_gib_per_gpu"],
+                    "kv_headroom": 1.0 - r["peak_blocks_used"] / max(r["num_blocks"], 1),
+                    "preemptions": r["preemptions"],
+                    "requests_finished": r["requests_finished"],
+                    "usd_per_gpu_hour": price,
+                    "tokens_per_usd": tput * 3600 / price if price else None,
+                    "usd_per_mtok": price / (tput * 3600) * 1e6 if price and tput else None,
+                    "slo_met": ok,
+                    "wall_s": r["wall_s"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration, its best SLO-meeting run (configurations that never meet it drop)."""
+    ok = runs[runs.slo_met]
+    if ok.empty:
+        return ok
+    idx = ok.groupby("config_id").throughput_tok_per_s_per_gpu.idxmax()
+    return ok.loc[idx].sort_values("throughput_tok_per_s_per_gpu", ascending=False)
+
+
+def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
+    """The best operating point of each device (by tokens per dollar, else throughput per GPU),
+    with the fleet it takes for ``demand_users``."""
+    points = operating_points(runs)
+    if points.empty:
+        return points
+    key = (
+        "tokens_per_usd" if points.tokens_per_usd.notna().any() else "throughput_tok_per_s_per_gpu"
+    )
+    best = points.sort_values(key, ascending=False).groupby("device", sort=False).head(1).copy()
+    if space.demand_users:
+        replicas = [math.ceil(space.demand_users / c) for c in best.concurrency]
+        gpus = [n * tp for n, tp in zip(replicas, best.tp, strict=True)]
+        best["replicas"] = replicas
+        best["gpus"] = gpus
+        best["nodes"] = [math.ceil(g / NODE_GPUS) for g in gpus]
+        best["usd_per_hour"] = [
+            g * p if p else None for g, p in zip(gpus, best.usd_per_gpu_hour, strict=True)
+        ]
+    return best.sort_values(key, ascending=False)
+
+
+def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Throughput change from moving each swept knob one step from a device's best config,
+    at the same concurrency."""
+    import pandas as pd
+
+    rows = []
+    for _, b in best.iterrows():
+        for knob in KNOBS:
+            values = getattr(space.sweep, knob)
+            if len(values) < 2 or knob == "speculative":
+                continue
+            current = next((i for i, v in enumerate(values) if _equal_scalar(v, b[knob])), None)
+            if current is None:
+                continue
+            for step in (-1, 1):
+                j = current + step
+                if not 0 <= j < len(values):
+                    continue
+                same = runs[(runs.device == b.device) & (runs.concurrency == b.concurrency)]
+                for other in KNOBS:
+                    if other != knob:
+                        same = same[_equal(same[other], b[other])]
+                moved = same[_equal(same[knob], values[j])]
+                if moved.empty:
+                    rows.append({"device": b.device, "knob": knob, "from": b[knob],
+                                 "to": values[j], "throughput_change": None,
+                                 "note": "pruned or not run"})  # fmt: skip
+                    continue
+                m = moved.iloc[0]
+                change = m.throughput_tok_per_s_per_gpu / b.throughput_tok_per_s_per_gpu - 1
+                rows.append({"device": b.device, "knob": knob, "from": b[knob], "to": values[j],
+                             "throughput_change": change,
+                             "note": "meets SLO" if m.slo_met else "misses SLO"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _equal_scalar(a: object, b: object) -> bool:
+    def missing(x: object) -> bool:
+        return x is None or (isinstance(x, float) and math.isnan(x))
+
+    return (missing(a) and missing(b)) or a == b
+
+
+def _equal(column: pd.Series, value: object) -> pd.Series:
+    """Elementwise equality where a missing knob (None / NaN: the vLLM default) equals itself."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return column.isna()
+    return column == value
+
+
+def pruned_table(pruned: list[Pruned]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(
+        [{"device": p.device, **{k: p.knobs[k] for k in KNOBS}, "reason": p.reason} for p in pruned]
+    )

@@ -1,0 +1,169 @@
+"""The capacity report: one self-contained HTML file (plotly inlined: opens offline), a
+Markdown summary and CSVs of every run, pruned configuration and sensitivity row."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator import catalog
+from simulator.planner.space import SearchSpace
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _caveat(devices: list[str]) -> str:
+    cal = [d for d in devices if catalog.hardware_profile(d).calibrated]
+    uncal = [d for d in devices if d not in cal]
+    text = (
+        "Latency models: roofline priors from each profile (named, sourced assumptions)"
+        f" for {', '.join(uncal) or 'none'}"
+    )
+    if cal:
+        text += f"; calibrated: {', '.join(cal)}"
+    return (
+        text + ". Known validation error: see docs/validation.md (InferenceMAX) and the"
+        " README's op-level validation (H100 GEMM prior 8.6 % median APE)."
+    )
+
+
+def _fmt(x: object, spec: str = ",.0f") -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    if isinstance(x, float | int):
+        return format(x, spec)
+    return str(x)
+
+
+BEST_COLUMNS = [
+    ("device", None), ("config_id", None), ("concurrency", ",d"),
+    ("throughput_tok_per_s_per_gpu", ",.0f"), ("interactivity_p90", ",.1f"),
+    ("ttft_p90_s", ",.2f"), ("tokens_per_usd", ",.0f"), ("usd_per_mtok", ",.3f"),
+    ("prefix_hit_rate", ".0%"), ("kv_headroom", ".0%"), ("gpus", ",d"), ("nodes", ",d"),
+]  # fmt: skip
+
+
+def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_pruned: int) -> str:
+    slo = space.slo
+    lines = [
+        f"# Capacity report: {space.name}",
+        "",
+        f"Model {space.model}; devices {', '.join(space.devices)}; SLO: P90 interactivity >= "
+        f"{_fmt(slo.interactivity_tok_per_s_p90, 'g')} tok/s/user"
+        + (f", P90 TTFT <= {slo.ttft_s_p90:g} s" if slo.ttft_s_p90 else "")
+        + f"; cost model {space.cost_model}"
+        + (f"; demand {space.demand_users:,} concurrent users" if space.demand_users else "")
+        + f". {len(runs)} runs, {n_pruned} configurations pruned."
+        f" Generated {dt.date.today().isoformat()}.",
+        "",
+        _caveat(space.devices),
+        "",
+        "## Best configuration per device (meeting the SLO)",
+        "",
+    ]
+    cols = [(c, f) for c, f in BEST_COLUMNS if c in best.columns]
+    if best.empty:
+        lines.append("No configuration meets the SLO.")
+    else:
+        lines.append("| " + " | ".join(c for c, _ in cols) + " |")
+        lines.append("|" + "---|" * len(cols))
+        for _, row in best.iterrows():
+            lines.append("| " + " | ".join(_fmt(row[c], f or "") for c, f in cols) + " |")
+    missing = sorted(set(space.devices) - set(best.device if not best.empty else []))
+    if missing:
+        lines += ["", f"No configuration of {', '.join(missing)} meets the SLO (or fits)."]
+    return "\n".join(lines) + "\n"
+
+
+def html_report(
+    space: SearchSpace,
+    runs: pd.DataFrame,
+    best: pd.DataFrame,
+    sens: pd.DataFrame,
+    pruned: pd.DataFrame,
+) -> str:
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    figs = []
+    frontier = go.Figure()
+    for cid, g in runs.sort_values("interactivity_p90").groupby("config_id"):
+        frontier.add_trace(
+            go.Scatter(
+                x=g.interactivity_p90,
+                y=g.throughput_tok_per_s_per_gpu,
+                mode="lines+markers",
+                name=str(cid),
+                text=[f"concurrency {c}" for c in g.concurrency],
+            )
+        )
+    if space.slo.interactivity_tok_per_s_p90:
+        frontier.add_vline(x=space.slo.interactivity_tok_per_s_p90, line_dash="dash",
+                           annotation_text="SLO")  # fmt: skip
+    frontier.update_layout(
+        title=f"Throughput per GPU vs P90 interactivity ({space.model}; {_caveat(space.devices)})",
+        xaxis_title="P90 interactivity (tok/s/user)", yaxis_title="total tokens/s per GPU",
+        height=600, title_font_size=12,
+    )  # fmt: skip
+    figs.append(frontier)
+    if not best.empty and best.tokens_per_usd.notna().any():
+        bars = go.Figure(go.Bar(x=best.device, y=best.tokens_per_usd, text=best.config_id))
+        bars.update_layout(
+            title=f"Tokens per dollar at the best SLO-meeting configuration ({space.cost_model})",
+            yaxis_title="tokens per USD", height=450, title_font_size=12,
+        )  # fmt: skip
+        figs.append(bars)
+    parts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
+
+    def table(df: pd.DataFrame) -> str:
+        return df.to_html(index=False, float_format=lambda x: f"{x:,.3g}", na_rep="-")
+
+    body = [
+        f"<h1>Capacity report: {html.escape(space.name)}</h1>",
+        f"<p>{html.escape(markdown(space, best, runs, len(pruned)).splitlines()[2])}</p>",
+        f"<p><em>{html.escape(_caveat(space.devices))}</em></p>",
+        "<h2>Best configuration per device</h2>",
+        table(best) if not best.empty else "<p>No configuration meets the SLO.</p>",
+        *parts,
+        "<h2>Sensitivity (one knob one step from each device's best)</h2>",
+        table(sens) if not sens.empty else "<p>No swept knob to move.</p>",
+        "<h2>Pruned configurations</h2>",
+        table(pruned) if not pruned.empty else "<p>None.</p>",
+        "<h2>All runs</h2>",
+        table(runs),
+    ]
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(space.name)}</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;"
+        "font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>"
+    )
+
+
+def write_report(
+    out: Path,
+    space: SearchSpace,
+    runs: pd.DataFrame,
+    best: pd.DataFrame,
+    sens: pd.DataFrame,
+    pruned: pd.DataFrame,
+) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "report.html": html_report(space, runs, best, sens, pruned),
+        "report.md": markdown(space, best, runs, len(pruned)),
+    }
+    paths = []
+    for name, text in files.items():
+        (out / name).write_text(text)
+        paths.append(out / name)
+    for name, df in (("runs.csv", runs), ("best.csv", best), ("sensitivity.csv", sens),
+                     ("pruned.csv", pruned)):  # fmt: skip
+        df.to_csv(out / name, index=False)
+        paths.append(out / name)
+    return paths

@@ -1,0 +1,119 @@
+"""Search: expansion and pruning, cached execution, operating points, fleet size, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.planner.analysis import best_per_device, operating_points, runs_table, sensitivity
+from simulator.planner.executor import run_all
+from simulator.planner.report import write_report
+from simulator.planner.space import SearchSpace, expand
+
+SPACE = {
+    "name": "tiny",
+    "model": "llama-3.3-70b",
+    "devices": ["h100", "h200"],
+    "sweep": {"tp": [1, 3, 8], "dcp": [1, 2]},
+    "concurrency": [2, 8],
+    "workload": {"kind": "random", "input_tokens": 512, "output_tokens": 32,
+                 "num_requests": 24, "concurrency": 1},
+    "slo": {"interactivity_tok_per_s_p90": 20.0},
+    "cost_model": "semianalysis_tco_neocloud",
+    "demand_users": 100,
+    "duration_s": 600.0,
+    "warmup_s": 0.0,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    space = SearchSpace.model_validate(SPACE)
+    candidates, pruned = expand(space)
+    out = tmp_path_factory.mktemp("search")
+    scenarios = [sc for c in candidates for sc in c.scenarios]
+    results = run_all(scenarios, out / "cache", workers=2)
+    return space, candidates, pruned, results, out
+
+
+def test_invalid_combinations_are_pruned_with_reasons(searched) -> None:  # type: ignore[no-untyped-def]
+    _, candidates, pruned, _, _ = searched
+    reasons = {(p.device, p.knobs["tp"], p.knobs["dcp"]): p.reason for p in pruned}
+    assert "serving.tp" in reasons["h100", 3, 1]  # 3 does not divide 64 heads
+    assert "dcp" in reasons["h100", 1, 2]  # dcp 2 does not divide tp 1
+    assert "weights exceed" in reasons["h100", 1, 1]  # 141 GB of bf16 on one 80 GB GPU
+    assert {(c.device, c.knobs["tp"], c.knobs["dcp"]) for c in candidates} == {
+        ("h100", 8, 1), ("h100", 8, 2), ("h200", 8, 1), ("h200", 8, 2),
+    }  # fmt: skip
+    assert all(len(c.scenarios) == 2 for c in candidates)
+
+
+def test_cached_runs_are_not_run_again(searched) -> None:  # type: ignore[no-untyped-def]
+    _, candidates, _, results, out = searched
+    scenarios = [sc for c in candidates for sc in c.scenarios]
+    calls: list[tuple[int, int]] = []
+    again = run_all(scenarios, out / "cache", workers=2, progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(len(scenarios), len(scenarios))]  # everything came from the cache
+    assert again == results
+
+
+def test_operating_point_fleet_and_cost(searched) -> None:  # type: ignore[no-untyped-def]
+    space, candidates, _, results, _ = searched
+    runs = runs_table(space, candidates, results)
+    assert (runs.slo_met == (runs.interactivity_p90 >= 20.0)).all()
+    ok = runs[runs.tokens_per_usd.notna()]
+    assert (ok.tokens_per_usd == ok.throughput_tok_per_s_per_gpu * 3600 / ok.usd_per_gpu_hour).all()
+    points = operating_points(runs)
+    for _, p in points.iterrows():
+        same = runs[(runs.config_id == p.config_id) & runs.slo_met]
+        assert p.throughput_tok_per_s_per_gpu == same.throughput_tok_per_s_per_gpu.max()
+    best = best_per_device(space, runs)
+    assert set(best.device) <= {"h100", "h200"}
+    for _, b in best.iterrows():
+        assert b.replicas == -(-100 // b.concurrency)  # ceil(demand / users per replica)
+        assert b.gpus == b.replicas * b.tp
+        assert b.nodes == -(-b.gpus // 8)
+    sens = sensitivity(space, runs, best)
+    assert set(sens.knob) <= {"tp", "dcp"}
+
+
+def test_report_is_self_contained(searched) -> None:  # type: ignore[no-untyped-def]
+    space, candidates, pruned, results, out = searched
+    from simulator.planner.analysis import pruned_table
+
+    runs = runs_table(space, candidates, results)
+    best = best_per_device(space, runs)
+    paths = write_report(
+        out, space, runs, best, sensitivity(space, runs, best), pruned_table(pruned)
+    )
+    names = {p.name for p in paths}
+    assert {"report.html", "report.md", "runs.csv", "best.csv", "pruned.csv"} <= names
+    page = (out / "report.html").read_text()
+    assert 'src="https://cdn.plot.ly' not in page  # plotly.js is inlined: opens offline
+    assert "Plotly.newPlot" in page
+    assert "roofline priors" in page  # every report states the calibration status
+    assert "Best configuration per device" in (out / "report.md").read_text()
+
+
+def test_plan_search_cli(tmp_path: Path) -> None:
+    space = dict(SPACE, devices=["h100"], sweep={"tp": [8]}, concurrency=[4])
+    f = tmp_path / "space.yaml"
+    f.write_text(yaml.safe_dump(space))
+    result = CliRunner().invoke(app, ["search", str(f), "--out", str(tmp_path / "o"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["runs"] == 1
+    bad = dict(space, colour="blue")
+    f.write_text(yaml.safe_dump(bad))
+    result = CliRunner().invoke(app, ["search", str(f)])
+    assert result.exit_code == 2
+    assert "colour" in result.stderr
+    f.write_text(yaml.safe_dump(dict(space, devices=[])))
+    result = CliRunner().invoke(app, ["search", str(f)])
+    assert result.exit_code == 2
+    assert "devices" in result.stderr
