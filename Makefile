@@ -1,5 +1,6 @@
 # Two commands for a fresh machine with python3, pip and make:
-#   make demo   creates .venv, installs the planner, runs the main job on built-in defaults
+#   make demo   creates .venv, installs the planner, runs the main job on built-in defaults:
+#               Kimi K3 memory per device, 64 simulated agents, the 4-device search -> out/
 #   make test   creates .venv with the dev extras, runs ruff, mypy and pytest
 PYTHON ?= python3
 VENV := .venv
@@ -21,6 +22,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.core-installed
 	$(BIN)/plan demo
+	$(BIN)/plan search scenarios/search-kimi-k3-agentic.yaml --out out
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -733,7 +733,13 @@ def _slo_met(scenario: Scenario, s: Any) -> bool | None:
 def search(
     space_file: Annotated[Path, typer.Argument(help="Search space YAML (devices, sweep, SLO).")],
     out: Annotated[Path, typer.Option("--out", help="Report directory.")] = Path("out"),
-    workers: Annotated[int, typer.Option(help="Local worker processes.")] = 2,
+    workers: Annotated[
+        int, typer.Option(help="Worker processes (local, or CPUs of a local Ray).")
+    ] = 2,
+    executor: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local instance).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
@@ -746,6 +752,10 @@ def search(
 
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
+    if executor not in ("local", "ray"):
+        raise SpecError(
+            "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
+        )
     space = parse(SearchSpace, read_yaml(space_file), space_file)
     candidates, pruned = expand(space, str(space_file))
     scenarios = [sc for c in candidates for sc in c.scenarios]
@@ -756,7 +766,12 @@ def search(
     ) as bar:  # fmt: skip
         task = bar.add_task(f"{len(scenarios)} runs", total=len(scenarios))
         results = run_all(
-            scenarios, out / "cache", workers, lambda done, total: bar.update(task, completed=done)
+            scenarios,
+            out / "cache",
+            workers,
+            lambda done, total: bar.update(task, completed=done),
+            executor,  # type: ignore[arg-type]
+            address,
         )
     runs = runs_table(space, candidates, results)
     best = best_per_device(space, runs)

@@ -1,7 +1,9 @@
-"""Run a search's scenarios: a local process pool, results cached by scenario hash.
+"""Run a search's scenarios on a local process pool or a Ray cluster, cached by scenario hash.
 
 Each finished run is written to ``<cache_dir>/<hash>.json`` at once, so an interrupted search
-resumes where it stopped and a repeated search costs nothing.
+resumes where it stopped and a repeated search costs nothing. Ray (``executor="ray"``) runs
+the same function as remote tasks: on the cluster at ``address``, or on a local instance that
+is started for the search and stopped after it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from simulator.planner.space import scenario_hash
+from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
 
 
@@ -33,13 +36,19 @@ def run_scenario(payload: str) -> dict[str, Any]:
     }
 
 
+Executor = Literal["local", "ray"]
+
+
 def run_all(
     scenarios: list[Scenario],
     cache_dir: Path,
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    executor: Executor = "local",
+    address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Results by scenario name; cached runs are read, the rest run ``workers`` at a time."""
+    """Results by scenario name; cached runs are read, the rest run ``workers`` at a time
+    (local) or as Ray tasks."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
     todo: list[tuple[Scenario, Path]] = []
@@ -54,14 +63,52 @@ def run_all(
         progress(done, len(scenarios))
     if not todo:
         return results
+
+    def store(sc: Scenario, path: Path, out: dict[str, Any]) -> None:
+        nonlocal done
+        path.write_text(json.dumps(out) + "\n")
+        results[sc.name] = out
+        done += 1
+        if progress is not None:
+            progress(done, len(scenarios))
+
+    if executor == "ray":
+        _run_ray(todo, store, workers, address)
+        return results
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
         for future in as_completed(futures):
             sc, path = futures[future]
-            out = future.result()
-            path.write_text(json.dumps(out) + "\n")
-            results[sc.name] = out
-            done += 1
-            if progress is not None:
-                progress(done, len(scenarios))
+            store(sc, path, future.result())
     return results
+
+
+def _run_ray(
+    todo: list[tuple[Scenario, Path]],
+    store: Callable[[Scenario, Path, dict[str, Any]], None],
+    workers: int,
+    address: str | None,
+) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise SpecError(
+            "(arguments)", "executor", "ray is not installed (pip install ray, or the [ray] extra)"
+        ) from None
+    started = not ray.is_initialized()
+    if started:
+        if address is None:  # a local instance for this search
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    try:
+        remote = ray.remote(run_scenario)
+        pending = {remote.remote(sc.model_dump_json()): (sc, path) for sc, path in todo}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                sc, path = pending.pop(ref)
+                store(sc, path, ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()

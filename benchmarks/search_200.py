@@ -1,0 +1,56 @@
+"""Search throughput: a 200-run search with the local process pool and with a local Ray.
+
+Llama-3.3-70B, random 1k/128 prompts (InferenceX style, 64 requests per run), 5 devices x
+TP {4, 8} x DCP {1, 2} x 10 concurrency levels (2-96) = 200 runs. Fresh caches each time.
+
+Run:  .venv/bin/python benchmarks/search_200.py [--workers 2] [--skip-ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from simulator.planner.executor import run_all
+from simulator.planner.space import SearchSpace, expand
+
+SPACE = {
+    "name": "bench-200",
+    "model": "llama-3.3-70b",
+    "devices": ["h100", "h200", "b200", "mi300x", "mi355x"],
+    "sweep": {"tp": [4, 8], "dcp": [1, 2]},
+    "concurrency": [2, 4, 8, 12, 16, 24, 32, 48, 64, 96],
+    "workload": {
+        "kind": "random",
+        "input_tokens": 1024,
+        "output_tokens": 128,
+        "num_requests": 64,
+        "concurrency": 1,
+    },
+    "slo": {"interactivity_tok_per_s_p90": 30.0},
+    "duration_s": 3600.0,
+    "warmup_s": 0.0,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skip-ray", action="store_true")
+    args = parser.parse_args()
+    candidates, pruned = expand(SearchSpace.model_validate(SPACE))
+    scenarios = [sc for c in candidates for sc in c.scenarios]
+    print(f"{len(scenarios)} runs ({len(pruned)} configurations pruned), {args.workers} workers")
+    executors = ["local"] if args.skip_ray else ["local", "ray"]
+    for executor in executors:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            run_all(scenarios, Path(tmp), args.workers, executor=executor)  # type: ignore[arg-type]
+            wall = time.perf_counter() - start
+        print(f"{executor:6} {wall:7.1f} s   {len(scenarios) / wall * 60:7.1f} runs/min")
+
+
+if __name__ == "__main__":
+    main()
