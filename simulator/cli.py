@@ -994,6 +994,119 @@ def validate_ops(
     )
 
 
+@_command(validate_app, "inferencemax")
+def validate_inferencemax(
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="InferenceMAX dashboard CSV (default ../shared/data/inferencemax/"
+            "inferencemax_v1_dashboard_20251025.csv beside the checkout).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write the validation document here.")
+    ] = None,
+    limit_per_curve: Annotated[
+        int | None,
+        typer.Option(
+            "--limit-per-curve",
+            help="Keep at most N concurrencies per curve (evenly spaced, ends kept).",
+        ),
+    ] = None,
+    models: Annotated[
+        list[str] | None,
+        typer.Option("--models", help="Only these model cards (repeatable)."),
+    ] = None,
+    devices: Annotated[
+        list[str] | None,
+        typer.Option("--devices", help="Only these devices (repeatable)."),
+    ] = None,
+    requests_per_conc: Annotated[
+        int, typer.Option(help="Requests per point = this x concurrency (InferenceMAX: 10).")
+    ] = 10,
+    workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate the InferenceMAX v1 points; median APE of throughput/GPU and interactivity."""
+    import datetime
+    import shlex
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator import validation as v
+
+    path = data if data is not None else v.DEFAULT_DATA
+    if workers < 1:
+        raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    start = time.perf_counter()
+    show = not as_json and sys.stderr.isatty()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("simulating", total=None)
+
+        def progress(done: int, total: int, _: v.PointResult) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = v.validate(
+            path, models or (), devices or (), limit_per_curve, requests_per_conc, seed,
+            workers, progress,
+        )  # fmt: skip
+    wall_s = time.perf_counter() - start
+    if out is not None:
+        v.write_points_csv(report.results, out / "points.csv")
+        typer.echo(f"wrote {out / 'points.csv'} ({len(report.results)} points)", err=True)
+    if markdown is not None:
+        args = ["plan", "validate", "inferencemax"]
+        if data is not None:
+            args += ["--data", str(data)]
+        if limit_per_curve is not None:
+            args += ["--limit-per-curve", str(limit_per_curve)]
+        for m in models or ():
+            args += ["--models", m]
+        for d in devices or ():
+            args += ["--devices", d]
+        if requests_per_conc != 10:
+            args += ["--requests-per-conc", str(requests_per_conc)]
+        if seed != 0:
+            args += ["--seed", str(seed)]
+        args += ["--workers", str(workers)]
+        if out is not None:
+            args += ["--out", str(out)]
+        args += ["--markdown", str(markdown)]
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(v.render_markdown(report, shlex.join(args), date, wall_s, workers))
+        typer.echo(f"wrote {markdown}", err=True)
+    if as_json:
+        _print_json(_finite({**report.to_json(), "wall_s": wall_s}))
+        return
+    t = Table(title=f"InferenceMAX v1 vs simulation: {sum(r.ok for r in report.results)} points")
+    for col in v.GROUP_HEADER:
+        t.add_column(col, justify="left" if col in ("model", "device", "ISL/OSL",
+                                                     "measured on") else "right")  # fmt: skip
+    for row in v.group_rows(report.groups):
+        t.add_row(*row)
+    t.add_section()
+    for row in v.group_rows(report.totals.values()):
+        t.add_row(*row)
+    _console().print(t)
+    skipped = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common())
+    typer.echo(f"skipped rows: {skipped or 'none'}", err=True)
+    typer.echo(
+        "APE = |sim - measured| / measured; bias = median (sim - measured) / measured"
+        " (positive: simulator optimistic)",
+        err=True,
+    )
+
+
 # ------------------------------------------------------------------------------------ workload
 
 workload_app = _typer("Workloads: statistics of trace files and built-in generators.")
