@@ -65,6 +65,7 @@ def runs_table(
                     "kv_headroom": 1.0 - r["peak_blocks_used"] / max(r["num_blocks"], 1),
                     "preemptions": r["preemptions"],
                     "requests_finished": r["requests_finished"],
+                    "requests_per_s": r["requests_finished"] / r["window_s"],
                     "usd_per_gpu_hour": price,
                     "tokens_per_usd": tput * 3600 / price if price else None,
                     "usd_per_mtok": price / (tput * 3600) * 1e6 if price and tput else None,
@@ -86,7 +87,8 @@ def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
 
 def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     """The best operating point of each device (by tokens per dollar, else throughput per GPU),
-    with the fleet it takes for ``demand_users``."""
+    with the fleet it takes for ``demand_users`` (users per replica = its concurrency) or
+    ``demand_requests_per_s`` (requests per second a replica completed at that point)."""
     points = operating_points(runs)
     if points.empty:
         return points
@@ -94,8 +96,12 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
         "tokens_per_usd" if points.tokens_per_usd.notna().any() else "throughput_tok_per_s_per_gpu"
     )
     best = points.sort_values(key, ascending=False).groupby("device", sort=False).head(1).copy()
+    replicas: list[int] = []
     if space.demand_users:
         replicas = [math.ceil(space.demand_users / c) for c in best.concurrency]
+    elif space.demand_requests_per_s:
+        replicas = [math.ceil(space.demand_requests_per_s / r) for r in best.requests_per_s]
+    if replicas:
         gpus = [n * tp for n, tp in zip(replicas, best.tp, strict=True)]
         best["replicas"] = replicas
         best["gpus"] = gpus

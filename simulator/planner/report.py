@@ -6,13 +6,21 @@ from __future__ import annotations
 import datetime as dt
 import html
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
 from simulator.planner.space import SearchSpace
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+# What the simulator's error is known to be, with its source (update with docs/validation.md)
+KNOWN_VALIDATION = (
+    "end to end, 28.9 % median APE of throughput per GPU (optimistic on 93 % of points) over"
+    " 921 InferenceMAX v1 points (docs/validation.md, 2026-11-30); per op, H100 GEMM prior"
+    " 8.6 % median APE against vidur's measurements (README)"
+)
 
 
 def _caveat(devices: list[str]) -> str:
@@ -24,10 +32,7 @@ def _caveat(devices: list[str]) -> str:
     )
     if cal:
         text += f"; calibrated: {', '.join(cal)}"
-    return (
-        text + ". Known validation error: see docs/validation.md (InferenceMAX) and the"
-        " README's op-level validation (H100 GEMM prior 8.6 % median APE)."
-    )
+    return text + ". Known validation error: " + KNOWN_VALIDATION + "."
 
 
 def _fmt(x: object, spec: str = ",.0f") -> str:
@@ -56,6 +61,11 @@ def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_prune
         + (f", P90 TTFT <= {slo.ttft_s_p90:g} s" if slo.ttft_s_p90 else "")
         + f"; cost model {space.cost_model}"
         + (f"; demand {space.demand_users:,} concurrent users" if space.demand_users else "")
+        + (
+            f"; demand {space.demand_requests_per_s:g} requests/s"
+            if space.demand_requests_per_s
+            else ""
+        )
         + f". {len(runs)} runs, {n_pruned} configurations pruned."
         f" Generated {dt.date.today().isoformat()}.",
         "",
@@ -84,7 +94,8 @@ def html_report(
     best: pd.DataFrame,
     sens: pd.DataFrame,
     pruned: pd.DataFrame,
-) -> str:
+) -> tuple[str, list[Any]]:
+    """The page, and its figures (for PNG export)."""
     import plotly.graph_objects as go
     import plotly.io as pio
 
@@ -135,7 +146,7 @@ def html_report(
         "<h2>All runs</h2>",
         table(runs),
     ]
-    return (
+    page = (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(space.name)}</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;"
@@ -143,6 +154,7 @@ def html_report(
         + "\n".join(body)
         + "</body></html>"
     )
+    return page, figs
 
 
 def write_report(
@@ -154,8 +166,9 @@ def write_report(
     pruned: pd.DataFrame,
 ) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
+    page, figures = html_report(space, runs, best, sens, pruned)
     files = {
-        "report.html": html_report(space, runs, best, sens, pruned),
+        "report.html": page,
         "report.md": markdown(space, best, runs, len(pruned)),
     }
     paths = []
@@ -166,4 +179,22 @@ def write_report(
                      ("pruned.csv", pruned)):  # fmt: skip
         df.to_csv(out / name, index=False)
         paths.append(out / name)
+    paths += _pngs(out, figures)
+    return paths
+
+
+def _pngs(out: Path, figures: list[Any]) -> list[Path]:
+    """Static PNGs of the figures when kaleido (plotly's image exporter) is installed."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return []
+    paths: list[Path] = []
+    for i, fig in enumerate(figures):
+        path = out / f"figure_{i + 1}.png"
+        try:
+            fig.write_image(path, width=1200, height=700)
+        except Exception:  # kaleido present but unusable (no browser): HTML still has them
+            return paths
+        paths.append(path)
     return paths

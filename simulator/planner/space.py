@@ -47,7 +47,9 @@ class SearchSpace(Frozen):
     workload: WorkloadSpec  # its concurrency is replaced by each value above
     slo: SLO
     cost_model: str = "semianalysis_tco_neocloud"
-    demand_users: PositiveInt | None = None  # size the fleet for this many concurrent users
+    # size the fleet for this many concurrent users, or this many requests per second
+    demand_users: PositiveInt | None = None
+    demand_requests_per_s: PositiveFloat | None = None
     duration_s: PositiveFloat = 3600.0
     warmup_s: float = Field(default=600.0, ge=0)
     seed: int = 0

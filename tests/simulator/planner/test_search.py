@@ -96,7 +96,8 @@ def test_report_is_self_contained(searched) -> None:  # type: ignore[no-untyped-
     page = (out / "report.html").read_text()
     assert 'src="https://cdn.plot.ly' not in page  # plotly.js is inlined: opens offline
     assert "Plotly.newPlot" in page
-    assert "roofline priors" in page  # every report states the calibration status
+    assert "roofline priors" in page  # every report states the calibration status ...
+    assert "docs/validation.md" in page  # ... and the validation error known for it
     assert "Best configuration per device" in (out / "report.md").read_text()
 
 
@@ -117,3 +118,13 @@ def test_plan_search_cli(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["search", str(f)])
     assert result.exit_code == 2
     assert "devices" in result.stderr
+
+
+def test_fleet_for_a_request_rate_demand(searched) -> None:  # type: ignore[no-untyped-def]
+    space, candidates, _, results, _ = searched
+    by_rate = space.model_copy(update={"demand_users": None, "demand_requests_per_s": 3.0})
+    runs = runs_table(by_rate, candidates, results)
+    best = best_per_device(by_rate, runs)
+    for _, b in best.iterrows():
+        assert b.replicas == -(-3.0 // b.requests_per_s)  # ceil(demand / rate per replica)
+        assert b.requests_per_s > 0
