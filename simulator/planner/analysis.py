@@ -102,7 +102,8 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     elif space.demand_requests_per_s:
         replicas = [math.ceil(space.demand_requests_per_s / r) for r in best.requests_per_s]
     if replicas:
-        gpus = [n * tp for n, tp in zip(replicas, best.tp, strict=True)]
+        # a deployment is dp replicas of tp GPUs serving `concurrency` users together
+        gpus = [n * tp * dp for n, tp, dp in zip(replicas, best.tp, best.dp, strict=True)]
         best["replicas"] = replicas
         best["gpus"] = gpus
         best["nodes"] = [math.ceil(g / NODE_GPUS) for g in gpus]

@@ -26,6 +26,7 @@ class Sweep(Frozen):
 
     tp: list[PositiveInt] = Field(default_factory=lambda: [8], min_length=1)
     dcp: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
+    dp: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
     ep: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
     cpu_offload_bytes: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
     max_num_seqs: list[PositiveInt | None] = Field(default=[None], min_length=1)
@@ -33,8 +34,8 @@ class Sweep(Frozen):
     speculative: list[SpeculativeConfig | None] = Field(default=[None], min_length=1)
 
 
-KNOBS = ("tp", "dcp", "ep", "cpu_offload_bytes", "max_num_seqs", "max_num_batched_tokens",
-         "speculative")  # fmt: skip
+KNOBS = ("tp", "dcp", "dp", "ep", "cpu_offload_bytes", "max_num_seqs",
+         "max_num_batched_tokens", "speculative")  # fmt: skip
 
 
 class SearchSpace(Frozen):
@@ -43,7 +44,7 @@ class SearchSpace(Frozen):
     devices: list[str] = Field(min_length=1)
     serving: ServingConfig = ServingConfig()  # the base every swept knob overrides
     sweep: Sweep = Sweep()
-    concurrency: list[PositiveInt] = Field(min_length=1)  # closed-loop users per replica
+    concurrency: list[PositiveInt] = Field(min_length=1)  # closed-loop users per deployment
     workload: WorkloadSpec  # its concurrency is replaced by each value above
     slo: SLO
     cost_model: str = "semianalysis_tco_neocloud"
@@ -82,6 +83,8 @@ def scenario_hash(scenario: Scenario) -> str:
 
 def knob_label(knobs: dict[str, Any]) -> str:
     parts = [f"tp{knobs['tp']}", f"dcp{knobs['dcp']}"]
+    if knobs["dp"] > 1:
+        parts.append(f"dp{knobs['dp']}")
     if knobs["ep"] > 1:
         parts.append(f"ep{knobs['ep']}")
     if knobs["cpu_offload_bytes"]:

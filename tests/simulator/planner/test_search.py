@@ -76,7 +76,7 @@ def test_operating_point_fleet_and_cost(searched) -> None:  # type: ignore[no-un
     assert set(best.device) <= {"h100", "h200"}
     for _, b in best.iterrows():
         assert b.replicas == -(-100 // b.concurrency)  # ceil(demand / users per replica)
-        assert b.gpus == b.replicas * b.tp
+        assert b.gpus == b.replicas * b.tp * b.dp
         assert b.nodes == -(-b.gpus // 8)
     sens = sensitivity(space, runs, best)
     assert set(sens.knob) <= {"tp", "dcp"}
