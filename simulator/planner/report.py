@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,39 +100,63 @@ def html_report(
     """The page, and its figures (for PNG export)."""
     import plotly.graph_objects as go
     import plotly.io as pio
+    from plotly.subplots import make_subplots
 
+    caveat = "<br>".join(textwrap.wrap(_caveat(space.devices), 150))
     figs = []
-    frontier = go.Figure()
-    for cid, g in runs.sort_values("interactivity_p90").groupby("config_id"):
-        frontier.add_trace(
-            go.Scatter(
-                x=g.interactivity_p90,
-                y=g.throughput_tok_per_s_per_gpu,
-                mode="lines+markers",
-                name=str(cid),
-                text=[f"concurrency {c}" for c in g.concurrency],
+    devices = [d for d in space.devices if d in set(runs.device)]
+    cols = min(2, max(len(devices), 1))
+    rows = max(1, math.ceil(len(devices) / cols))
+    frontier = make_subplots(
+        rows=rows, cols=cols, subplot_titles=devices, shared_yaxes=True,
+        horizontal_spacing=0.06, vertical_spacing=0.12,
+    )  # fmt: skip
+    for i, device in enumerate(devices):
+        row, col = i // cols + 1, i % cols + 1
+        mine = runs[runs.device == device]
+        # one curve per configuration, its points in concurrency order (as InferenceX plots)
+        for cid, g in mine.sort_values("concurrency").groupby("config_id", sort=False):
+            frontier.add_trace(
+                go.Scatter(
+                    x=g.interactivity_p90, y=g.throughput_tok_per_s_per_gpu,
+                    mode="lines+markers", name=str(cid),
+                    text=[f"{c} users" for c in g.concurrency],
+                    hovertemplate="%{text}: %{x:.1f} tok/s/user, %{y:,.0f} tok/s/GPU",
+                ),
+                row=row, col=col,
+            )  # fmt: skip
+        if space.slo.interactivity_tok_per_s_p90:
+            frontier.add_vline(
+                x=space.slo.interactivity_tok_per_s_p90, line_dash="dash", row=row, col=col
             )
-        )
-    if space.slo.interactivity_tok_per_s_p90:
-        frontier.add_vline(x=space.slo.interactivity_tok_per_s_p90, line_dash="dash",
-                           annotation_text="SLO")  # fmt: skip
+        frontier.update_xaxes(title_text="P90 interactivity (tok/s/user)", row=row, col=col)
+    frontier.update_yaxes(title_text="total tokens/s per GPU", col=1)
     frontier.update_layout(
-        title=f"Throughput per GPU vs P90 interactivity ({space.model}; {_caveat(space.devices)})",
-        xaxis_title="P90 interactivity (tok/s/user)", yaxis_title="total tokens/s per GPU",
-        height=600, title_font_size=12,
+        title=(
+            f"Throughput per GPU vs P90 interactivity: {space.model}, {space.workload.kind}"
+            f" workload, SLO (dashed) {space.slo.interactivity_tok_per_s_p90 or '-'} tok/s/user"
+            f"<br><sup>{caveat}</sup>"
+        ),
+        height=420 * rows + 120, title_font_size=14, margin={"t": 140},
     )  # fmt: skip
     figs.append(frontier)
     if not best.empty and best.tokens_per_usd.notna().any():
         bars = go.Figure(go.Bar(x=best.device, y=best.tokens_per_usd, text=best.config_id))
         bars.update_layout(
-            title=f"Tokens per dollar at the best SLO-meeting configuration ({space.cost_model})",
-            yaxis_title="tokens per USD", height=450, title_font_size=12,
+            title=(
+                f"Tokens per dollar at the best SLO-meeting configuration ({space.cost_model})"
+                f"<br><sup>{caveat}</sup>"
+            ),
+            yaxis_title="tokens per USD", height=480, title_font_size=14, margin={"t": 120},
         )  # fmt: skip
         figs.append(bars)
     parts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
 
+    def number(x: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}" if abs(x) >= 1 else f"{x:.3g}"
+
     def table(df: pd.DataFrame) -> str:
-        return df.to_html(index=False, float_format=lambda x: f"{x:,.3g}", na_rep="-")
+        return df.to_html(index=False, float_format=number, na_rep="-")
 
     body = [
         f"<h1>Capacity report: {html.escape(space.name)}</h1>",
