@@ -1,0 +1,248 @@
+"""`plan memory` and `plan demo`."""
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from simulator import catalog
+from simulator.cli.base import GIB, JsonOpt, app, command, console, gib, print_json, print_pairs
+from simulator.specs import (
+    Scenario,
+    ServingConfig,
+    SpecError,
+)
+from simulator.specs.loading import parse, read_yaml
+
+# ------------------------------------------------------------------------------------ memory
+
+
+def serving_from(serving_file: Path | None, **flags: Any) -> tuple[ServingConfig, str]:
+    """A ServingConfig from an optional YAML file, with explicitly given flags on top."""
+    base: dict[str, Any] = {}
+    source = "(arguments)"
+    if serving_file is not None:
+        source = str(serving_file)
+        base = parse(ServingConfig, read_yaml(serving_file), source, prefix="serving").model_dump(
+            exclude_unset=True
+        )
+    base.update({k: v for k, v in flags.items() if v is not None})
+    return parse(ServingConfig, base, source, prefix="serving"), source
+
+
+@command(app, "memory")
+def memory(
+    model: Annotated[str, typer.Option(help="Model card name or path to a card YAML.")],
+    device: Annotated[
+        list[str], typer.Option(help="Device profile name or path; repeat to compare.")
+    ],
+    context: Annotated[int, typer.Option(help="Context length per sequence (tokens).")] = 8192,
+    num_seqs: Annotated[int, typer.Option(help="Sequences that must fit at --context.")] = 1,
+    tp: Annotated[int | None, typer.Option(help="Tensor parallel size (GPUs per replica).")] = None,
+    dp: Annotated[int | None, typer.Option(help="Data parallel replicas.")] = None,
+    ep: Annotated[int | None, typer.Option(help="1, or tp*dp for expert parallelism.")] = None,
+    dcp: Annotated[
+        list[int] | None, typer.Option(help="Decode context parallel size; repeat to compare.")
+    ] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto|bf16|fp8|fp8_ds_mla|...")] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    block_size: Annotated[int | None, typer.Option(help="vLLM --block-size (tokens).")] = None,
+    serving: Annotated[
+        Path | None, typer.Option(help="ServingConfig YAML; flags override it.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Weights, KV cache and state per GPU; sequences that fit; the smallest device that fits."""
+    from simulator.memory import plan_memory
+
+    for value, flag in ((context, "context"), (num_seqs, "num_seqs")):
+        if value < 1:
+            raise SpecError("(arguments)", flag, f"must be at least 1, got {value}")
+    card = catalog.model_card(model)
+    devices = [catalog.hardware_profile(d) for d in device]
+    all_devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
+    dcp_sizes: list[int | None] = list(dcp) if dcp else [None]
+    configs = [
+        serving_from(
+            serving,
+            tp=tp,
+            dp=dp,
+            ep=ep,
+            dcp=dcp_size,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            block_size_tokens=block_size,
+        )
+        for dcp_size in dcp_sizes
+    ]
+    reports = []
+    for dev in devices:
+        for cfg, source in configs:
+            try:
+                reports.append(plan_memory(card, dev, cfg, context, num_seqs, all_devices))
+            except SpecError as exc:
+                raise SpecError(source, exc.field, exc.reason) from None
+    if as_json:
+        data = [r.model_dump(mode="json") for r in reports]
+        print_json(data[0] if len(data) == 1 else data)
+    elif len(reports) == 1:
+        _print_memory_detail(reports[0])
+    else:
+        _print_memory_comparison(reports)
+
+
+def _print_memory_detail(r: Any) -> None:
+    t = Table(title=f"{r.model} on {r.device}: weights per GPU (tp {r.tp}, ep {r.ep})")
+    for col in ("module group", "precision", "params (B)", "GiB", "placement"):
+        t.add_column(col, justify="right" if col in ("params (B)", "GiB") else "left")
+    for g in r.weight_groups:
+        t.add_row(
+            g.group,
+            g.precision,
+            f"{g.params_per_gpu / 1e9:,.2f}",
+            gib(g.bytes_per_gpu),
+            g.placement,
+        )
+    t.add_row("total", "", "", gib(r.weight_bytes_per_gpu), "")
+    console().print(t)
+    rows = [
+        ("usable memory", f"{gib(r.usable_memory_bytes)} GiB"),
+        ("budget (x gpu_memory_utilization)", f"{gib(r.budget_bytes_per_gpu)} GiB"),
+        ("weights", f"{gib(r.weight_bytes_per_gpu)} GiB"),
+        ("activation reserve (estimate)", f"{gib(r.activation_reserve_bytes_per_gpu)} GiB"),
+        ("runtime reserve (assumption)", f"{gib(r.runtime_reserve_bytes_per_gpu)} GiB"),
+        ("KV cache + state pool", f"{gib(r.kv_cache_bytes_per_gpu)} GiB"),
+        ("KV per token (full attention)", f"{r.kv_bytes_per_token_per_gpu:,.0f} B"),
+        (
+            f"KV per sequence at {r.context_tokens:,} tokens",
+            f"{gib(r.kv_bytes_per_seq_per_gpu)} GiB",
+        ),
+    ]
+    if r.swa_kv_bytes_per_seq_per_gpu:
+        rows.append(
+            ("sliding-window KV per sequence", f"{gib(r.swa_kv_bytes_per_seq_per_gpu)} GiB")
+        )
+    if r.state_bytes_per_seq_per_gpu:
+        rows += [
+            ("recurrent state per sequence", f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f} MiB"),
+            (
+                f"state pages held per running request ({r.state_pages_per_seq})",
+                f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f} MiB",
+            ),
+        ]
+    rows += [
+        (
+            "block size / bytes per block",
+            f"{r.block_size_tokens} tokens x dcp {r.dcp} / {r.bytes_per_block / 2**20:,.2f} MiB",
+        ),
+        ("KV cache groups", f"{r.num_kv_groups} ({', '.join(r.kv_group_kinds)})"),
+        ("blocks in pool / per sequence", f"{r.num_blocks:,} / {r.blocks_per_seq:,}"),
+        ("KV capacity (tokens per replica)", f"{r.kv_capacity_tokens:,}"),
+        (
+            f"sequences of {r.context_tokens:,} tokens that fit",
+            f"{r.max_seqs_at_context:,} per replica, "
+            f"{r.max_seqs_at_context_per_gpu:,.2f} per GPU (max_num_seqs {r.max_num_seqs})",
+        ),
+        (f"max context for {r.num_seqs} sequence(s)", f"{r.max_context_for_num_seqs:,} tokens"),
+        ("fits", f"{'yes' if r.fits else 'NO'}: {r.fits_reason}"),
+        ("fits on (model alone)", r.fits_on),
+    ]
+    print_pairs("KV cache and capacity (per GPU unless stated)", rows)
+
+
+def _print_memory_comparison(reports: list[Any]) -> None:
+    r0 = reports[0]
+    t = Table(
+        title=f"{r0.model}: {r0.context_tokens:,}-token sequences, tp {r0.tp},"
+        f" kv {r0.kv_cache_dtype} (per GPU; sessions per replica of tp GPUs)"
+    )
+    cols = (
+        "device",
+        "dcp",
+        "fits",
+        "weights GiB",
+        "KV+state GiB",
+        "KV B/token",
+        "KV/seq GiB",
+        "state/seq MiB",
+        "state pages MiB",
+        "block tokens",
+        "sessions",
+        "sessions/GPU",
+    )
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("device", "fits") else "right")
+    for r in reports:
+        t.add_row(
+            r.device,
+            str(r.dcp),
+            "yes" if r.fits else "NO",
+            gib(r.weight_bytes_per_gpu),
+            gib(max(r.kv_cache_bytes_per_gpu, 0.0)),
+            f"{r.kv_bytes_per_token_per_gpu:,.0f}",
+            f"{r.kv_bytes_per_seq_per_gpu / GIB:,.2f}",
+            f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f}",
+            f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f}",
+            str(r.block_size_tokens),
+            f"{r.max_seqs_at_context:,}",
+            f"{r.max_seqs_at_context_per_gpu:,.1f}",
+        )
+    console().print(t)
+    for r in reports:
+        if not r.fits:
+            console().print(f"  {r.device} dcp {r.dcp}: {r.fits_reason}")
+    console().print(f"  fits on (model alone): {r0.fits_on}")
+
+
+@command(app, "demo")
+def demo(
+    simulate_minutes: Annotated[
+        float, typer.Option(help="Simulated minutes of agent traffic (0: memory table only).")
+    ] = 120.0,
+) -> None:
+    """Kimi K3: memory on 8x MI355X / B300 / GB300 / H200, then 64 coding agents on 8x MI355X."""
+    memory(
+        model="kimi-k3",
+        device=["mi355x", "b300", "gb300", "h200"],
+        context=142_000,
+        tp=8,
+        dcp=[1, 8],
+    )
+    if simulate_minutes <= 0:
+        return
+    from simulator.simulation import simulate
+
+    t = Table(
+        title=f"Kimi K3, 8x MI355X TP8: 64 coding-agent users, {simulate_minutes:g} simulated"
+        " minutes (built-in agentic generator, closed loop; first 15 min not measured)"
+    )
+    for col in ("DCP", "CPU offload", "tok/s/GPU", "P90 tok/s/user", "TTFT P50 s",
+                "TTFT P90 s", "hit rate (GPU+CPU)", "wall s"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for dcp_size, offload in ((1, 0.0), (8, 0.0), (1, float(1 << 40))):
+        scenario = Scenario.model_validate(
+            {
+                "name": "demo",
+                "model": "kimi-k3",
+                "device": "mi355x",
+                "serving": {"tp": 8, "dcp": dcp_size, "cpu_offload_bytes": offload},
+                "workload": {"kind": "agentic", "sessions": 1000, "concurrency": 64},
+                "duration_s": simulate_minutes * 60,
+                "warmup_s": min(900.0, simulate_minutes * 60 / 4),
+            }
+        )
+        r = simulate(scenario, "(demo)")
+        s = r.summary
+        t.add_row(
+            str(dcp_size), "1 TiB" if offload else "-", f"{s.throughput_tok_per_s_per_gpu:,.0f}",
+            f"{s.interactivity_tok_per_s_p90 or 0:,.1f}", f"{s.ttft_s_p50 or 0:,.2f}",
+            f"{s.ttft_s_p90 or 0:,.2f}",
+            f"{s.prefix_hit_rate:.0%} ({s.gpu_hit_rate:.0%}+{s.cpu_hit_rate:.0%})",
+            f"{r.wall_s:,.1f}",
+        )  # fmt: skip
+    console().print(t)

@@ -1,0 +1,187 @@
+"""`plan run` and `plan search`."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from simulator import catalog
+from simulator.cli.base import JsonOpt, app, command, print_json, print_pairs
+from simulator.specs import (
+    Scenario,
+    SpecError,
+)
+from simulator.specs.loading import parse, read_yaml
+
+# ------------------------------------------------------------------------------------ run
+
+
+@command(app, "run")
+def run(
+    scenario_file: Annotated[
+        Path, typer.Argument(help="Scenario YAML (model, device, serving, workload).")
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write requests.csv, steps.csv, summary.json here.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate a scenario: throughput per GPU, interactivity, TTFT, prefix-cache hit rates."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from simulator.simulation import simulate
+
+    scenario = parse(Scenario, read_yaml(scenario_file), scenario_file)
+    base = scenario_file.resolve().parent
+    show = not as_json and sys.stderr.isatty()
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=Console(stderr=True), disable=not show, transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("simulating", total=None)
+
+        def progress(now_s: float, done: int) -> None:
+            if done % 100 == 0:
+                bar.update(task, description=f"simulated {now_s:,.0f} s, {done:,} requests done")
+
+        result = simulate(scenario, scenario_file, base, progress)
+    summary = result.summary
+    price = _tokens_per_dollar(scenario, summary.throughput_tok_per_s_per_gpu)
+    data = {
+        "scenario": scenario.name,
+        "model": scenario.model,
+        "device": scenario.device,
+        "gpus": scenario.serving.num_gpus,
+        **summary.model_dump(mode="json"),
+        "tokens_per_usd": price,
+        "slo_met": _slo_met(scenario, summary),
+        "wall_s": result.wall_s,
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        result.request_table().to_csv(out / "requests.csv", index=False)
+        result.step_table().to_csv(out / "steps.csv", index=False)
+        (out / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+        typer.echo(f"wrote {out}/requests.csv, steps.csv, summary.json", err=True)
+    if as_json:
+        print_json(data)
+        return
+
+    def fmt(x: float | None, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    s = summary
+    rows = [
+        ("throughput per GPU (total tokens/s)", fmt(s.throughput_tok_per_s_per_gpu, ",.1f")),
+        ("output tokens/s per GPU", fmt(s.output_tok_per_s_per_gpu, ",.1f")),
+        ("interactivity P50 / P90 / P99 (tok/s/user)",
+         " / ".join(fmt(x, ",.1f") for x in (s.interactivity_tok_per_s_p50,
+                                              s.interactivity_tok_per_s_p90,
+                                              s.interactivity_tok_per_s_p99))),
+        ("TTFT P50 / P90 / P99 (s)",
+         " / ".join(fmt(x, ",.2f") for x in (s.ttft_s_p50, s.ttft_s_p90, s.ttft_s_p99))),
+        ("prefix-cache hit rate (GPU + CPU)",
+         f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%})"),
+        ("prompt tokens recomputed (hybrid resume)", f"{s.recomputed_prompt_tokens:,}"),
+        ("requests finished / rejected", f"{s.requests_finished:,} / {s.requests_rejected:,}"),
+        ("preemptions", f"{s.preemptions:,}"),
+        ("engine steps (mean step ms)",
+         f"{s.steps:,} ({fmt(s.mean_step_s and s.mean_step_s * 1e3, ',.1f')})"),
+        ("measured window (simulated)", f"{s.window_s:,.0f} s"),
+        ("tokens per USD", fmt(price, ",.0f") + f" ({scenario.cost_model})"),
+        ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[_slo_met(scenario, s)]),
+        ("wall time", f"{result.wall_s:,.1f} s"),
+    ]  # fmt: skip
+    title = f"{scenario.name}: {scenario.model} on {scenario.serving.num_gpus}x {scenario.device}"
+    print_pairs(title, rows)
+
+
+def _tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:
+    """throughput_per_gpu x 3600 / (USD per GPU-hour); None when the device is not priced."""
+    model = catalog.cost_model(scenario.cost_model)
+    device = catalog.hardware_profile(scenario.device).name
+    if device not in model.usd_per_gpu_hour:
+        return None
+    return tok_per_s_per_gpu * 3600 / model.price(device)
+
+
+def _slo_met(scenario: Scenario, s: Any) -> bool | None:
+    slo = scenario.slo
+    checks = []
+    if slo.interactivity_tok_per_s_p90 is not None:
+        value = s.interactivity_tok_per_s_p90
+        checks.append(value is not None and value >= slo.interactivity_tok_per_s_p90)
+    if slo.ttft_s_p90 is not None:
+        checks.append(s.ttft_s_p90 is not None and s.ttft_s_p90 <= slo.ttft_s_p90)
+    return all(checks) if checks else None
+
+
+# ------------------------------------------------------------------------------------ search
+
+
+@command(app, "search")
+def search(
+    space_file: Annotated[Path, typer.Argument(help="Search space YAML (devices, sweep, SLO).")],
+    out: Annotated[Path, typer.Option("--out", help="Report directory.")] = Path("out"),
+    workers: Annotated[
+        int, typer.Option(help="Worker processes (local, or CPUs of a local Ray).")
+    ] = 2,
+    executor: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local instance).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from simulator.planner.analysis import best_per_device, pruned_table, runs_table, sensitivity
+    from simulator.planner.executor import run_all
+    from simulator.planner.report import markdown, write_report
+    from simulator.planner.space import SearchSpace, expand
+
+    if workers < 1:
+        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
+    if executor not in ("local", "ray"):
+        raise SpecError(
+            "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
+        )
+    space = parse(SearchSpace, read_yaml(space_file), space_file)
+    candidates, pruned = expand(space, str(space_file))
+    scenarios = [sc for c in candidates for sc in c.scenarios]
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(), console=Console(stderr=True),
+        disable=as_json or not sys.stderr.isatty(), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(f"{len(scenarios)} runs", total=len(scenarios))
+        results = run_all(
+            scenarios,
+            out / "cache",
+            workers,
+            lambda done, total: bar.update(task, completed=done),
+            executor,  # type: ignore[arg-type]
+            address,
+        )
+    runs = runs_table(space, candidates, results)
+    best = best_per_device(space, runs)
+    sens = sensitivity(space, runs, best)
+    pruned_df = pruned_table(pruned)
+    paths = write_report(out, space, runs, best, sens, pruned_df)
+    if as_json:
+        print_json(
+            {
+                "best": best.to_dict(orient="records"),
+                "runs": len(runs),
+                "pruned": pruned_df.to_dict(orient="records"),
+                "files": [str(p) for p in paths],
+            }
+        )
+        return
+    sys.stdout.write(markdown(space, best, runs, len(pruned)))
+    for p in pruned:
+        typer.echo(f"pruned {p.device} {p.knobs}: {p.reason}", err=True)
+    typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
