@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, console, gib, make_typer, print_json
+from simulator.planner.space import SearchSpace
 from simulator.specs import (
     CostModelCatalog,
     HardwareProfile,
@@ -34,6 +35,7 @@ SCHEMAS: dict[str, type[Any]] = {
     "serving-config": ServingConfig,
     "scenario": Scenario,
     "cost-models": CostModelCatalog,
+    "search-space": SearchSpace,
 }
 
 

@@ -95,6 +95,9 @@ def test_profiles_list_show_schema() -> None:
     code, stdout, _ = plan("profiles", "schema", "serving-config")
     assert code == 0
     assert "max_num_batched_tokens" in json.loads(stdout)["properties"]
+    code, stdout, _ = plan("profiles", "schema", "search-space")
+    assert code == 0
+    assert "sweep" in json.loads(stdout)["properties"]
     code, stdout, _ = plan("profiles", "list")
     assert code == 0
     assert "Cost models" in stdout
