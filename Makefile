@@ -1,7 +1,8 @@
 # Two commands for a fresh machine with python3, pip and make:
 #   make demo   creates .venv, installs the planner, runs the main job on built-in defaults:
 #               Kimi K3 memory per device, 64 simulated agents, the 4-device search -> out/
-#   make test   creates .venv with the dev extras, runs ruff, mypy and pytest
+#   make test   creates .venv with the dev and calibrate extras (torch CPU + triton for the
+#               kernel tests under TRITON_INTERPRET=1), runs ruff, mypy and pytest
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,7 +18,7 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,calibrate]'
 	touch $@ $(VENV)/.core-installed
 
 demo: $(VENV)/.core-installed

@@ -97,7 +97,8 @@ def smooth_max(a: Array, b: Array, p: float) -> Array:
     if np.isinf(p):
         return np.maximum(a, b)
     hi = np.maximum(np.maximum(a, b), 1e-30)
-    return hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+    out: Array = hi * ((a / hi) ** p + (b / hi) ** p) ** (1.0 / p)
+    return out
 
 
 def roofline_seconds(

@@ -140,7 +140,7 @@ def numeric_column(
     if empty.any() and default is None:
         raise SpecError(file, _where(int(rows[np.argmax(empty)]), column), f"missing for {what}")
     values = pd.to_numeric(pd.Series(raw, dtype=object).where(~empty, None), errors="coerce")
-    vals = values.to_numpy(dtype=np.float64)
+    vals: Array = values.to_numpy(dtype=np.float64)
     bad = ~empty & ~np.isfinite(vals)
     if bad.any():
         i = int(np.argmax(bad))

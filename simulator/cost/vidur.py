@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from simulator.specs.loading import SpecError
 
@@ -46,7 +47,9 @@ ALL_REDUCE_FILE = "network__h100_dgx__all_reduce.csv"
 N_HEAD, N_KV_HEAD, N_EMBD, N_EXPANDED, HEAD_DIM = 64, 8, 8192, 28672, 128
 
 
-def gemm_shapes(tokens: np.ndarray, tp: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
+def gemm_shapes(
+    tokens: NDArray[np.float64], tp: NDArray[np.float64]
+) -> dict[str, tuple[NDArray[np.float64], ...]]:
     """(m, n, k) per TP rank of the four Llama-2-70B linear layers Vidur times."""
     m = tokens.astype(np.float64)
     full = np.full_like(m, float(N_EMBD))

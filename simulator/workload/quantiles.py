@@ -37,7 +37,8 @@ class QuantileTable:
     def at(self, u: NDArray[np.float64]) -> NDArray[np.float64]:
         """The quantiles at probabilities ``u`` (the inverse CDF)."""
         logv = np.log1p(np.asarray(self.values, dtype=np.float64))
-        return np.expm1(np.interp(u, np.asarray(self.probs), logv))
+        out: NDArray[np.float64] = np.expm1(np.interp(u, np.asarray(self.probs), logv))
+        return out
 
     def cdf(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
         """The probabilities of values ``x`` (the inverse of :meth:`at`)."""

@@ -1,0 +1,1 @@
+"""Triton kernels with numpy references, timed on a GPU to calibrate the latency models."""
