@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,6 +52,15 @@ CATEGORIES: tuple[Category, ...] = (
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 # Kernels per layer that survive when decode kernels are fused (attention, MoE, communication)
 FUSED_KERNELS_PER_LAYER = 3.0
+
+
+class GemmShape(NamedTuple):
+    """One plain GEMM of a step: its first op name, output width n, depth k, weight width."""
+
+    name: str
+    n: int
+    k: int
+    weight_bytes_per_elem: float
 
 
 @dataclass(frozen=True)
@@ -216,6 +225,22 @@ class StepCostModel:
         builder = _Ops(self, shape)
         builder.build()
         return builder.finish(detail)
+
+    def gemm_shapes(self) -> list[GemmShape]:
+        """The plain GEMMs a step of this model asks about, as (name, n, k, weight bytes per
+        element), one per distinct (n, k, width): what the calibration job measures.
+
+        Read off a step with one decode and one prefill chunk, so every layer kind's
+        projections (decode-only and prefill-only ones too, e.g. MLA's absorbed BMMs vs the
+        kv_b up-projection) appear."""
+        shape = shape_of(np.array([1, 64]), np.array([64, 0]), self.decode_query_len)
+        builder = _Ops(self, shape)
+        builder.want_shapes = True
+        builder.build()
+        seen: dict[tuple[float, float, float], GemmShape] = {}
+        for i, (_, n, k, w) in builder.shapes.items():
+            seen.setdefault((n, k, w), GemmShape(builder.rows[i][0], int(n), int(k), w))
+        return list(seen.values())
 
     def padded(self, shape: StepShape) -> int:
         """Tokens the GEMMs run on: pure-decode batches pad up to a CUDA-graph size."""

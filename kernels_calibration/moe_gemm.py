@@ -1,0 +1,933 @@
+"""Grouped MoE GEMM with top-k routing (vLLM ``fused_moe`` style) and its float64 reference.
+
+It stands for the routed-expert FFN of an MoE layer, vLLM's Triton path
+``vllm.model_executor.layers.fused_moe.fused_moe.fused_experts`` (``fused_experts_impl``,
+``vllm_mechanics.md`` section 7). For ``x [T, hidden]`` routed to ``topk`` experts per token,
+
+    y[t] = sum_j w[t, j] * W2[e_tj] @ (silu(W1g[e_tj] x[t]) * W1u[e_tj] x[t])
+
+with ``w1 [E, 2*inter, hidden]`` holding the gate rows then the up rows (vLLM's ``w13``) and
+``w2 [E, hidden, inter]``. ``fused_moe`` runs the same four steps as vLLM:
+
+1. Align (``moe_align_block_size``, torch ops here, a CUDA op in vLLM): the ``T * topk``
+   (token, slot) pairs, numbered ``pair = t * topk + j``, are sorted stably by expert and each
+   expert's run is padded to a multiple of ``BLOCK_M`` with the sentinel ``T * topk``. This gives
+   ``sorted_ids``, ``block_expert`` (the expert of each ``BLOCK_M`` block, ``-1`` past the end)
+   and ``num_padded`` (a 1-element device tensor). It never syncs with the host: the grid is
+   sized for the worst case ``T*topk + min(E, T*topk) * (BLOCK_M - 1)`` rows and the programs
+   past ``num_padded`` return at once, as in vLLM.
+2. Up GEMM (``_moe_gemm_kernel``): each program takes one ``BLOCK_M x BLOCK_N`` tile of the
+   sorted rows, reads its expert id, gathers the token rows ``x[pair // topk]`` and multiplies
+   them by ``W1[e]^T``, writing ``h [T*topk, 2*inter]`` at row ``pair``.
+3. ``silu(h[:, :inter]) * h[:, inter:]`` (a small Triton kernel) -> ``a [T*topk, inter]``.
+4. Down GEMM (the same kernel, ``a`` rows gathered by ``pair``), multiplied by the routing
+   weight of the pair (vLLM's ``MUL_ROUTED_WEIGHT``), then the top-k sum (``moe_sum``, a small
+   Triton kernel) over the ``[T, topk, hidden]`` view. Intermediates are kept in the activation
+   dtype, as in vLLM; every GEMM and sum accumulates in fp32.
+
+Weight formats (``WEIGHT_FORMATS``), all with ``[E, N, K]`` weights (``N`` output rows, ``K``
+contiguous, as vLLM stores them):
+
+- ``bf16`` / ``fp16`` / ``fp32``: dense weights in the activation dtype (no scales).
+- ``fp8``: ``torch.float8_e4m3fn`` weights with one fp32 scale per output channel and expert,
+  ``scale [E, N]``; activations stay bf16 (w8a16). The kernel converts each weight tile to the
+  activation dtype (exact: e4m3 values fit bf16/fp16) and multiplies the fp32 accumulator by the
+  channel scale. The interpreter reads float8 torch tensors as uint8 bit patterns and converts
+  them correctly, so no shim is needed for fp8.
+- ``mxfp4`` (OCP Microscaling v1.0): e2m1 values packed two per uint8 along ``K`` (element
+  ``2i`` in the low nibble, ``2i + 1`` in the high nibble; ``w [E, N, K/2]``) and one e8m0 scale
+  ``2**(s - 127)`` per 32 elements along ``K`` (``scale [E, N, K/32]`` uint8; ``s = 255``, NaN in
+  the spec, is not supported). This is vLLM's mxfp4 MoE layout (``w13_weight [E, 2I, H/2]``,
+  ``w13_weight_scale [E, 2I, H/32]``). The kernel unpacks and dequantises each tile to fp32,
+  then casts it to the activation dtype (exact in bf16 for any scale, in fp16 while
+  ``e2m1 * scale`` stays in fp16's range) before ``tl.dot``. Needs ``hidden`` and ``inter``
+  multiples of 32 and ``block_k >= 32``.
+
+Expert parallelism: a rank holding ``L < E`` experts gets weights for its local experts only,
+``w [L, ...]``, global ``topk_ids`` and an ``expert_map [E]`` (global -> local index, ``-1`` for
+experts on other ranks), as vLLM's ``expert_map``. ``make_inputs(..., local_experts=L,
+ep_rank=r)`` gives rank ``r`` the contiguous experts ``[r*L, (r+1)*L)`` (vLLM's linear
+placement). Every rank sees all ``T`` tokens (allgather-style dispatch, or TP + EP without
+all2all); pairs routed to non-local experts are dropped at the align step, so no tile is spent
+on them and they add zero, and the ranks' partial outputs sum (all-reduce or reduce-scatter) to
+the full MoE output.
+
+Interpreter shim: the one from ``gemm.py`` (``_interpreter_needs_upcast``): under
+``TRITON_INTERPRET=1`` bf16 tiles (and dequantised fp8/mxfp4 tiles) go to ``tl.dot`` as fp32,
+because triton 3.5's interpreter computes bf16 ``tl.dot`` wrongly. On a GPU they stay bf16.
+Under ``TRITON_INTERPRET=1`` (CPU) the kernels check shapes, launches and numerics only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from kernels_calibration.gemm import _interpreter_needs_upcast
+
+ACTIVATION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+WEIGHT_FORMATS = ("bf16", "fp16", "fp32", "fp8", "mxfp4")
+DENSE_FORMAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0  # largest finite e4m3fn value
+MXFP4_BLOCK = 32  # elements along K sharing one e8m0 scale
+E8M0_BIAS = 127
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # codes 0..7; bit 3 is the sign
+
+_DENSE, _FP8, _MXFP4 = 0, 1, 2  # the kernel's WEIGHT_KIND
+_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+# --------------------------------------------------------------------------------------------
+# Triton kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _e2m1_to_fp32(nib):
+    """e2m1 codes (int32 in [0, 16): sign, 2 exponent bits, 1 mantissa bit) to fp32."""
+    e = (nib >> 1) & 3
+    m = (nib & 1).to(tl.float32)
+    pow2 = tl.where(e == 3, 4.0, tl.where(e == 2, 2.0, 1.0))
+    mag = tl.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * pow2)
+    return tl.where((nib & 8) != 0, -mag, mag)
+
+
+@triton.jit
+def _e8m0_to_fp32(s):
+    """e8m0 scales (uint8 exponents, bias 127) to ``2**(s - 127)`` built from the fp32 bits."""
+    s = s.to(tl.int32)
+    bits = tl.where(s == 0, 0x400000, s << 23)  # s == 0: 2**-127 is an fp32 subnormal
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _moe_gemm_kernel(
+    a_ptr,
+    b_ptr,
+    b_scale_ptr,
+    c_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    block_expert_ptr,
+    num_padded_ptr,
+    N,
+    K,
+    num_rows,
+    num_pairs,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_se,
+    stride_sn,
+    stride_sk,
+    stride_cm,
+    stride_cn,
+    A_ROW_DIV: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    WEIGHT_KIND: tl.constexpr,
+    COMPUTE_DTYPE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # c[pair, n] = sum_k a[pair // A_ROW_DIV, k] * B[expert(pair), n, k] (* scales, * weight).
+    # 1-D grid over (row block, column block) in grouped order, as gemm.py.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # The grid covers the worst-case padded length; blocks past the real one do nothing.
+    if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
+        return
+    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ids_ptr + offs_m)
+    mask_m = pair < num_pairs  # padding rows hold the sentinel num_pairs
+    a_rows = (pair // A_ROW_DIV).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    b_base = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn
+    s_base = b_scale_ptr + expert * stride_se + offs_n[None, :] * stride_sn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        mask_k = offs_k < K
+        a = tl.load(
+            a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak,
+            mask=mask_m[:, None] & mask_k[None, :],
+            other=0.0,
+        )
+        if WEIGHT_KIND == 2:
+            # mxfp4: BLOCK_K/2 packed bytes per column -> low/high nibbles = even/odd k.
+            offs_kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            packed = tl.load(
+                b_base + offs_kp[:, None] * stride_bk,
+                mask=(offs_kp < K // 2)[:, None] & mask_n[None, :],
+                other=0,
+            ).to(tl.int32)
+            lo = _e2m1_to_fp32(packed & 0xF)
+            hi = _e2m1_to_fp32((packed >> 4) & 0xF)
+            w = tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (BLOCK_K, BLOCK_N))
+            offs_g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            s = tl.load(
+                s_base + offs_g[:, None] * stride_sk,
+                mask=(offs_g < K // 32)[:, None] & mask_n[None, :],
+                other=127,
+            )
+            s = _e8m0_to_fp32(s)
+            s = tl.reshape(
+                tl.broadcast_to(s[:, None, :], (BLOCK_K // 32, 32, BLOCK_N)), (BLOCK_K, BLOCK_N)
+            )
+            b = (w * s).to(COMPUTE_DTYPE)
+        else:
+            b = tl.load(
+                b_base + offs_k[:, None] * stride_bk,
+                mask=mask_k[:, None] & mask_n[None, :],
+                other=0.0,
+            ).to(COMPUTE_DTYPE)
+        acc = tl.dot(a.to(COMPUTE_DTYPE), b, acc, input_precision=INPUT_PRECISION)
+
+    if WEIGHT_KIND == 1:  # fp8: per-output-channel scale
+        scale = tl.load(s_base, mask=mask_n[None, :], other=0.0)
+        acc = acc * scale
+    if MUL_ROUTED_WEIGHT:
+        routed = tl.load(topk_weights_ptr + pair, mask=mask_m, other=0.0)
+        acc = acc * routed[:, None]
+    c_ptrs = c_ptr + pair[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _silu_and_mul_kernel(
+    h_ptr,
+    out_ptr,
+    rows,
+    inter,
+    stride_hm,
+    stride_om,
+    BLOCK_R: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+):
+    # out[r, i] = silu(h[r, i]) * h[r, inter + i], in fp32.
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask = (offs_r < rows)[:, None] & (offs_i < inter)[None, :]
+    h_ptrs = h_ptr + offs_r[:, None].to(tl.int64) * stride_hm + offs_i[None, :]
+    gate = tl.load(h_ptrs, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(h_ptrs + inter, mask=mask, other=0.0).to(tl.float32)
+    z = tl.exp(-tl.abs(gate))  # overflow-free sigmoid
+    sigmoid = tl.where(gate >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
+    out = gate * sigmoid * up
+    o_ptrs = out_ptr + offs_r[:, None].to(tl.int64) * stride_om + offs_i[None, :]
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _moe_sum_kernel(
+    c_ptr,
+    y_ptr,
+    num_tokens,
+    hidden,
+    stride_ct,
+    stride_cj,
+    stride_yt,
+    TOPK: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    # y[t, :] = sum_j c[t, j, :], accumulated in fp32.
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask = (offs_t < num_tokens)[:, None] & (offs_h < hidden)[None, :]
+    c_ptrs = c_ptr + offs_t[:, None].to(tl.int64) * stride_ct + offs_h[None, :]
+    acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+    for j in tl.static_range(TOPK):
+        acc += tl.load(c_ptrs + j * stride_cj, mask=mask, other=0.0).to(tl.float32)
+    y_ptrs = y_ptr + offs_t[:, None].to(tl.int64) * stride_yt + offs_h[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Routing and alignment
+# --------------------------------------------------------------------------------------------
+
+
+def route(
+    router: torch.Tensor | torch.Generator,
+    topk: int,
+    *,
+    num_tokens: int | None = None,
+    num_experts: int | None = None,
+    renormalize: bool = True,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax top-k routing: ``(topk_weights [T, topk] fp32, topk_ids [T, topk] int32)``.
+
+    ``router`` is either router logits ``[T, E]`` or a ``torch.Generator``, in which case
+    ``num_tokens x num_experts`` standard-normal logits are drawn from it (on the generator's
+    device): i.i.d. logits make every token's expert set uniformly random (balanced routing in
+    expectation). ``renormalize`` rescales each token's top-k weights to sum to 1 (Mixtral,
+    DeepSeek, Kimi); otherwise they are the raw softmax probabilities. The result goes to
+    ``device`` (default: the logits' device).
+    """
+    if isinstance(router, torch.Generator):
+        if num_tokens is None or num_experts is None:
+            raise ValueError("routing from a generator needs num_tokens and num_experts")
+        if num_tokens < 0 or num_experts < 1:
+            raise ValueError(
+                f"bad routing shape: num_tokens={num_tokens}, num_experts={num_experts}"
+            )
+        logits = torch.randn(
+            (num_tokens, num_experts), generator=router, device=router.device, dtype=torch.float32
+        )
+    else:
+        logits = router
+        if logits.dim() != 2 or not logits.is_floating_point():
+            raise ValueError(f"router logits must be a float [T, E] tensor, got {logits.shape}")
+    if not 1 <= topk <= logits.shape[1]:
+        raise ValueError(f"topk={topk} must be in [1, num_experts={logits.shape[1]}]")
+    probs = torch.softmax(logits.float(), dim=-1)
+    weights, ids = torch.topk(probs, topk, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    target = logits.device if device is None else device
+    return weights.to(device=target, dtype=torch.float32), ids.to(device=target, dtype=torch.int32)
+
+
+def moe_align_block_size(
+    topk_ids: torch.Tensor,
+    block_m: int,
+    num_local_experts: int,
+    expert_map: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sort the (token, slot) pairs by expert and pad each expert's run to ``block_m``.
+
+    ``topk_ids [T, topk]`` holds global expert ids; ``expert_map [E]`` (if given) maps them to
+    local ids, ``-1`` for experts of other ranks, whose pairs are dropped. Returns, all int32
+    on ``topk_ids.device`` and without a host sync:
+
+    - ``sorted_ids [R]``: pair indices ``t * topk + j``, grouped by local expert in ascending
+      order, stable within an expert, each group followed by ``T * topk`` sentinels up to the
+      next multiple of ``block_m``, then sentinels to the end. ``R`` is the worst case
+      ``T*topk + min(L, T*topk) * (block_m - 1)`` rounded up to ``block_m``.
+    - ``block_expert [R / block_m]``: the local expert of each block, ``-1`` past the end.
+    - ``num_padded [1]``: ``sum_e ceil(n_e / block_m) * block_m``, the rows actually used.
+
+    Experts without pairs get no block. Equivalent to vLLM's ``moe_align_block_size`` (a CUDA op
+    there, a few torch ops here) with its sentinel convention.
+    """
+    if topk_ids.dim() != 2:
+        raise ValueError(f"topk_ids must be [T, topk], got {tuple(topk_ids.shape)}")
+    if block_m < 1 or num_local_experts < 1:
+        raise ValueError(
+            f"block_m={block_m} and num_local_experts={num_local_experts} must be >= 1"
+        )
+    device = topk_ids.device
+    num_pairs = topk_ids.numel()
+    rows = num_pairs + min(num_local_experts, num_pairs) * (block_m - 1)
+    rows = triton.cdiv(rows, block_m) * block_m
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    local = flat if expert_map is None else expert_map.to(torch.int64)[flat]
+    # Bucket num_local_experts collects the dropped pairs (non-local experts).
+    bucket = torch.where(local >= 0, local, num_local_experts)
+    counts = torch.zeros(num_local_experts + 1, dtype=torch.int64, device=device)
+    counts.scatter_add_(0, bucket, torch.ones_like(bucket))
+    count_start = torch.cumsum(counts, 0) - counts
+    padded = (counts[:num_local_experts] + block_m - 1) // block_m * block_m
+    padded_end = torch.cumsum(padded, 0)
+    # Destination of the dropped bucket: one slot past the end, cut off below.
+    padded_start = torch.cat([padded_end - padded, torch.full_like(padded_end[:1], rows)])
+    order = torch.argsort(bucket, stable=True)
+    sorted_bucket = bucket[order]
+    rank_in_expert = torch.arange(num_pairs, device=device) - count_start[sorted_bucket]
+    dest = torch.where(
+        sorted_bucket < num_local_experts, padded_start[sorted_bucket] + rank_in_expert, rows
+    )
+    sorted_ids = torch.full((rows + 1,), num_pairs, dtype=torch.int32, device=device)
+    sorted_ids.scatter_(0, dest, order.to(torch.int32))
+    block_start = torch.arange(0, rows, block_m, device=device)
+    block_expert = torch.searchsorted(padded_end, block_start, right=True)
+    block_expert = torch.where(block_expert < num_local_experts, block_expert, -1)
+    return sorted_ids[:rows], block_expert.to(torch.int32), padded_end[-1:].to(torch.int32)
+
+
+def default_config(
+    num_tokens: int, topk: int, num_experts: int, weight_format: str
+) -> dict[str, int]:
+    """Tile sizes after vLLM's ``get_default_config`` as summarised in ``vllm_mechanics.md`` s7.
+
+    ``BLOCK_M`` 16/32/64/128 for ``T`` <= 32/96/512/larger, ``BLOCK_N`` 64 (``T`` <= 64) else
+    128, ``BLOCK_K`` 128 for quantised weights or ``T`` <= 64 else 64, ``GROUP_M`` 16 when an
+    expert averages more than 128 pairs else 1. vLLM's tuned JSON tables override these.
+    """
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    t = num_tokens
+    block_m = 16 if t <= 32 else 32 if t <= 96 else 64 if t <= 512 else 128
+    block_n = 64 if t <= 64 else 128
+    block_k = 128 if weight_format in ("fp8", "mxfp4") or t <= 64 else 64
+    group_m = 16 if t * topk > 128 * max(num_experts, 1) else 1
+    return {"block_m": block_m, "block_n": block_n, "block_k": block_k, "group_m": group_m}
+
+
+# --------------------------------------------------------------------------------------------
+# The fused MoE
+# --------------------------------------------------------------------------------------------
+
+
+def _weight_format(w1: torch.Tensor, w2: torch.Tensor, x_dtype: torch.dtype) -> str:
+    if w1.dtype != w2.dtype:
+        raise ValueError(f"w1 and w2 must share a dtype, got {w1.dtype} and {w2.dtype}")
+    if w1.dtype == FP8_DTYPE:
+        return "fp8"
+    if w1.dtype == torch.uint8:
+        return "mxfp4"
+    if w1.dtype != x_dtype:
+        raise ValueError(
+            f"dense weights must have the activation dtype {x_dtype}, got {w1.dtype} "
+            f"(fp8 weights are {FP8_DTYPE}, mxfp4 weights packed uint8)"
+        )
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[w1.dtype]
+
+
+def _check_scale(
+    name: str, scale: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype
+) -> torch.Tensor:
+    if scale is None:
+        raise ValueError(f"{name} is required for quantised weights (shape {shape}, {dtype})")
+    if tuple(scale.shape) != shape or scale.dtype != dtype:
+        raise ValueError(f"{name} must be {shape} {dtype}, got {tuple(scale.shape)} {scale.dtype}")
+    return scale
+
+
+def _check_block(name: str, block: int, minimum: int = 16) -> None:
+    if block < minimum or block & (block - 1):
+        raise ValueError(f"{name}={block} must be a power of two >= {minimum}")
+
+
+def _grouped_gemm(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    k: int,
+    kind: int,
+    topk_weights: torch.Tensor,
+    align: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    a_row_div: int,
+    mul_routed_weight: bool,
+    config: dict[str, int],
+    allow_tf32: bool,
+    num_warps: int,
+    num_stages: int,
+) -> None:
+    sorted_ids, block_expert, num_padded = align
+    rows = sorted_ids.numel()
+    block_m, block_n = config["block_m"], config["block_n"]
+    scale = w if w_scale is None else w_scale  # a dummy pointer for dense weights
+    if kind == _FP8:
+        s_strides = (scale.stride(0), scale.stride(1), 0)
+    elif kind == _MXFP4:
+        s_strides = (scale.stride(0), scale.stride(1), scale.stride(2))
+    else:
+        s_strides = (0, 0, 0)
+    upcast = a.dtype == torch.float32 or _interpreter_needs_upcast(a.dtype)
+    grid = ((rows // block_m) * triton.cdiv(n, block_n),)
+    _moe_gemm_kernel[grid](
+        a,
+        w,
+        scale,
+        out,
+        topk_weights,
+        sorted_ids,
+        block_expert,
+        num_padded,
+        n,
+        k,
+        rows,
+        topk_weights.numel(),
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        *s_strides,
+        out.stride(0),
+        out.stride(1),
+        A_ROW_DIV=a_row_div,
+        MUL_ROUTED_WEIGHT=mul_routed_weight,
+        WEIGHT_KIND=kind,
+        COMPUTE_DTYPE=tl.float32 if upcast else _TL_DTYPES[a.dtype],
+        INPUT_PRECISION="tf32" if allow_tf32 else "ieee",
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=config["block_k"],
+        GROUP_M=config["group_m"],
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    expert_map: torch.Tensor | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    group_m: int | None = None,
+    allow_tf32: bool = False,
+    validate_ids: bool = True,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
+    """Routed-expert MoE FFN ``y [T, hidden]`` in ``x.dtype`` (see the module docstring).
+
+    ``x [T, hidden]`` (fp32/bf16/fp16), ``topk_weights [T, topk]`` (float, used as fp32),
+    ``topk_ids [T, topk]`` (int, global expert ids). Weights by format (inferred from dtype):
+
+    - dense (``x.dtype``): ``w1 [L, 2I, H]``, ``w2 [L, H, I]``, no scales;
+    - fp8 (``float8_e4m3fn``): same shapes, ``w1_scale [L, 2I]``, ``w2_scale [L, H]`` fp32;
+    - mxfp4 (uint8): ``w1 [L, 2I, H/2]``, ``w2 [L, H, I/2]``, ``w1_scale [L, 2I, H/32]``,
+      ``w2_scale [L, H, I/32]`` uint8 e8m0.
+
+    ``expert_map [E]`` (int) maps global ids to the ``L`` local experts, ``-1`` for other
+    ranks' experts (expert parallelism); without it ``L = E``. Unset tile sizes come from
+    ``default_config``. ``validate_ids`` checks the id ranges, which syncs with the device:
+    pass ``False`` when timing. ``allow_tf32`` only matters for fp32 activations on a GPU.
+    """
+    if x.dim() != 2 or x.dtype not in ACTIVATION_DTYPES:
+        raise ValueError(f"x must be [T, hidden] in {ACTIVATION_DTYPES}, got {x.shape} {x.dtype}")
+    if w1.dim() != 3 or w2.dim() != 3:
+        raise ValueError(
+            f"w1 and w2 must be 3-D [E, N, K], got {tuple(w1.shape)}, {tuple(w2.shape)}"
+        )
+    fmt = _weight_format(w1, w2, x.dtype)
+    num_tokens, hidden = x.shape
+    num_local, two_inter = w1.shape[0], w1.shape[1]
+    pack = 2 if fmt == "mxfp4" else 1
+    inter = w2.shape[2] * pack
+    w1_ok = two_inter == 2 * inter and w1.shape[2] * pack == hidden
+    if not w1_ok or tuple(w2.shape[:2]) != (num_local, hidden):
+        raise ValueError(
+            f"{fmt} weights for hidden={hidden}: need w1 [E, 2I, {hidden // pack}] and "
+            f"w2 [E, {hidden}, I/{pack}], got {tuple(w1.shape)} and {tuple(w2.shape)}"
+        )
+    if inter == 0:
+        raise ValueError("the expert intermediate size must be positive")
+    if fmt == "fp8":
+        kind = _FP8
+        w1_scale = _check_scale("w1_scale", w1_scale, (num_local, two_inter), torch.float32)
+        w2_scale = _check_scale("w2_scale", w2_scale, (num_local, hidden), torch.float32)
+    elif fmt == "mxfp4":
+        kind = _MXFP4
+        if hidden % MXFP4_BLOCK or inter % MXFP4_BLOCK:
+            raise ValueError(f"mxfp4 needs hidden={hidden} and inter={inter} multiples of 32")
+        w1_scale = _check_scale(
+            "w1_scale", w1_scale, (num_local, two_inter, hidden // MXFP4_BLOCK), torch.uint8
+        )
+        w2_scale = _check_scale(
+            "w2_scale", w2_scale, (num_local, hidden, inter // MXFP4_BLOCK), torch.uint8
+        )
+    else:
+        kind = _DENSE
+        if w1_scale is not None or w2_scale is not None:
+            raise ValueError(f"dense {fmt} weights take no scales")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != num_tokens:
+        raise ValueError(f"topk_ids must be [T={num_tokens}, topk], got {tuple(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_weights.shape != topk_ids.shape or not topk_weights.is_floating_point():
+        raise ValueError(
+            f"topk_weights must be float {tuple(topk_ids.shape)}, got "
+            f"{tuple(topk_weights.shape)} {topk_weights.dtype}"
+        )
+    num_experts = num_local
+    if expert_map is not None:
+        if expert_map.dim() != 1 or expert_map.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"expert_map must be a 1-D int tensor [E], got {expert_map.shape}")
+        num_experts = expert_map.numel()
+    if validate_ids and topk_ids.numel():
+        lo, hi = int(topk_ids.min()), int(topk_ids.max())
+        if lo < 0 or hi >= num_experts:
+            raise ValueError(f"topk_ids must lie in [0, {num_experts}), got [{lo}, {hi}]")
+        if expert_map is not None:
+            m_lo, m_hi = int(expert_map.min()), int(expert_map.max())
+            if m_lo < -1 or m_hi >= num_local:
+                raise ValueError(
+                    f"expert_map values must lie in [-1, {num_local}), got [{m_lo}, {m_hi}]"
+                )
+    config = default_config(num_tokens, topk_ids.shape[1], num_local, fmt)
+    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        if value is not None:
+            config[name] = value
+        _check_block(
+            name, config[name], MXFP4_BLOCK if name == "block_k" and kind == _MXFP4 else 16
+        )
+    if group_m is not None:
+        if group_m < 1:
+            raise ValueError(f"group_m={group_m} must be >= 1")
+        config["group_m"] = group_m
+
+    topk = topk_ids.shape[1]
+    num_pairs = num_tokens * topk
+    y = torch.empty((num_tokens, hidden), device=x.device, dtype=x.dtype)
+    if num_pairs == 0:
+        return y.zero_()
+    weights = topk_weights.to(torch.float32).contiguous()
+    align = moe_align_block_size(topk_ids, config["block_m"], num_local, expert_map)
+    # Rows of dropped (non-local) pairs are never written: zero them so they add nothing.
+    alloc = torch.empty if expert_map is None else torch.zeros
+    h = alloc((num_pairs, two_inter), device=x.device, dtype=x.dtype)
+    act = torch.empty((num_pairs, inter), device=x.device, dtype=x.dtype)
+    c = alloc((num_pairs, hidden), device=x.device, dtype=x.dtype)
+    common = {
+        "config": config,
+        "allow_tf32": allow_tf32,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
+    _grouped_gemm(
+        x,
+        w1,
+        w1_scale,
+        h,
+        two_inter,
+        hidden,
+        kind,
+        weights,
+        align,
+        a_row_div=topk,
+        mul_routed_weight=False,
+        **common,
+    )
+    block_r, block_i = 16, min(triton.next_power_of_2(inter), 256)
+    _silu_and_mul_kernel[(triton.cdiv(num_pairs, block_r), triton.cdiv(inter, block_i))](
+        h, act, num_pairs, inter, h.stride(0), act.stride(0), BLOCK_R=block_r, BLOCK_I=block_i
+    )
+    _grouped_gemm(
+        act,
+        w2,
+        w2_scale,
+        c,
+        hidden,
+        inter,
+        kind,
+        weights,
+        align,
+        a_row_div=1,
+        mul_routed_weight=True,
+        **common,
+    )
+    block_t, block_h = 16, min(triton.next_power_of_2(hidden), 256)
+    _moe_sum_kernel[(triton.cdiv(num_tokens, block_t), triton.cdiv(hidden, block_h))](
+        c,
+        y,
+        num_tokens,
+        hidden,
+        topk * c.stride(0),
+        c.stride(0),
+        y.stride(0),
+        TOPK=topk,
+        BLOCK_T=block_t,
+        BLOCK_H=block_h,
+    )
+    return y
+
+
+# --------------------------------------------------------------------------------------------
+# Quantisation helpers (torch) and their float64 inverses (for the reference)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_weight(w: torch.Tensor, name: str) -> None:
+    if w.dim() < 1 or not w.is_floating_point() or w.dtype in (FP8_DTYPE,):
+        raise ValueError(f"{name} needs a float tensor [..., K], got {tuple(w.shape)} {w.dtype}")
+
+
+def quantize_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel e4m3 quantisation of ``w [..., N, K]``.
+
+    Returns ``(w_q [..., N, K] float8_e4m3fn, scale [..., N] fp32)`` with
+    ``scale = amax_k |w| / 448`` (1 for an all-zero row) and ``w_q = rne(w / scale)``, so
+    ``w ~ w_q * scale``. Exact when each row is an e4m3 grid with ``|max| = 448`` times a power
+    of two.
+    """
+    _check_weight(w, "quantize_fp8")
+    w32 = w.to(torch.float32)
+    amax = w32.abs().amax(dim=-1)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    w_q = (w32 / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return w_q, scale
+
+
+def dequantize_fp8(w_q: torch.Tensor, scale: torch.Tensor) -> np.ndarray:
+    """``w_q [..., N, K] * scale [..., N]`` in float64 (exact), as a numpy array."""
+    if w_q.dtype != FP8_DTYPE or tuple(scale.shape) != tuple(w_q.shape[:-1]):
+        raise ValueError(
+            f"dequantize_fp8 needs {FP8_DTYPE} [..., N, K] and scale [..., N], got "
+            f"{w_q.dtype} {tuple(w_q.shape)} and {tuple(scale.shape)}"
+        )
+    values = w_q.to(device="cpu", dtype=torch.float32).to(torch.float64).numpy()
+    return values * scale.to(device="cpu", dtype=torch.float64).numpy()[..., None]
+
+
+def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """OCP MXFP4 quantisation of ``w [..., N, K]`` along ``K`` (``K`` a multiple of 32).
+
+    Each block of 32 gets the shared exponent ``X = floor(log2(amax)) - 2`` (2 = e2m1's largest
+    exponent), stored as e8m0 ``X + 127`` clamped to [0, 254], and its elements become
+    ``rne(v / 2**X)`` on the e2m1 grid, saturated to +-6 (the spec's rule: a block whose
+    ``amax / 2**X`` lies in (6, 8) clips). Returns ``(packed [..., N, K/2] uint8,
+    scales [..., N, K/32] uint8)``, element ``2i`` in the low nibble of byte ``i``.
+    """
+    _check_weight(w, "quantize_mxfp4")
+    k = w.shape[-1]
+    if k % MXFP4_BLOCK:
+        raise ValueError(f"quantize_mxfp4 needs K={k} to be a multiple of {MXFP4_BLOCK}")
+    blocks = w.to(torch.float64).reshape(*w.shape[:-1], k // MXFP4_BLOCK, MXFP4_BLOCK)
+    amax = blocks.abs().amax(dim=-1)
+    _, exp = torch.frexp(amax)  # amax = m * 2**exp, m in [0.5, 1): floor(log2) = exp - 1
+    biased = (exp - 1 - 2 + E8M0_BIAS).clamp(0, 254)
+    scale = torch.ldexp(torch.ones_like(amax), biased - E8M0_BIAS)
+    q = blocks.abs() / scale.unsqueeze(-1)
+    # Round to nearest e2m1, ties to the even code: the midpoints between codes c and c+1 round
+    # down when c is even (0.25, 1.25, 2.5, 5) and up when c is odd (0.75, 1.75, 3.5).
+    code = sum((q > m).to(torch.int32) for m in (0.25, 1.25, 2.5, 5.0))
+    code = code + sum((q >= m).to(torch.int32) for m in (0.75, 1.75, 3.5))
+    code = torch.where((blocks < 0) & (code > 0), code + 8, code).reshape(*w.shape[:-1], k // 2, 2)
+    packed = (code[..., 0] | (code[..., 1] << 4)).to(torch.uint8)
+    return packed, biased.to(torch.uint8)
+
+
+def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> np.ndarray:
+    """Unpack ``packed [..., N, K/2]`` with e8m0 ``scales [..., N, K/32]`` to float64.
+
+    A scale byte of 255 (NaN in the spec) gives NaN.
+    """
+    if packed.dtype != torch.uint8 or scales.dtype != torch.uint8 or packed.dim() < 1:
+        raise ValueError(
+            f"dequantize_mxfp4 needs uint8 tensors, got {packed.dtype}, {scales.dtype}"
+        )
+    k = packed.shape[-1] * 2
+    if k % MXFP4_BLOCK or tuple(scales.shape) != (*packed.shape[:-1], k // MXFP4_BLOCK):
+        raise ValueError(
+            f"packed {tuple(packed.shape)} needs K = 2*{packed.shape[-1]} a multiple of 32 and "
+            f"scales [..., K/32], got {tuple(scales.shape)}"
+        )
+    p = packed.to("cpu").numpy()
+    codes = np.stack([p & 0xF, p >> 4], axis=-1).reshape(*p.shape[:-1], k)
+    table = np.array([*E2M1_VALUES, *(-v for v in E2M1_VALUES)], dtype=np.float64)
+    s = scales.to("cpu").numpy().astype(np.int64)
+    factor = np.where(s == 255, np.nan, np.ldexp(1.0, s - E8M0_BIAS))
+    return table[codes] * np.repeat(factor, MXFP4_BLOCK, axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference and inputs
+# --------------------------------------------------------------------------------------------
+
+
+def moe_reference(
+    x: np.ndarray,
+    w1: np.ndarray,
+    w2: np.ndarray,
+    topk_weights: np.ndarray,
+    topk_ids: np.ndarray,
+    expert_map: np.ndarray | None = None,
+) -> np.ndarray:
+    """The MoE FFN in float64 on dequantised weights ``w1 [L, 2I, H]``, ``w2 [L, H, I]``.
+
+    ``y[t] = sum_j w[t, j] * W2[e] @ (silu(W1[e, :I] @ x[t]) * W1[e, I:] @ x[t])`` over the slots
+    whose expert ``e = expert_map[topk_ids[t, j]]`` (or ``topk_ids[t, j]``) is local (>= 0).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    w1 = np.asarray(w1, dtype=np.float64)
+    w2 = np.asarray(w2, dtype=np.float64)
+    weights = np.asarray(topk_weights, dtype=np.float64)
+    ids = np.asarray(topk_ids, dtype=np.int64)
+    inter = w1.shape[1] // 2
+    local = ids if expert_map is None else np.asarray(expert_map, dtype=np.int64)[ids]
+    y = np.zeros((x.shape[0], w2.shape[1]), dtype=np.float64)
+    for e in range(w1.shape[0]):
+        tokens, slots = np.nonzero(local == e)
+        if tokens.size == 0:
+            continue
+        h = x[tokens] @ w1[e].T
+        gate = h[:, :inter]
+        act = 0.5 * gate * (1.0 + np.tanh(0.5 * gate)) * h[:, inter:]  # silu(g) = g*sigmoid(g)
+        np.add.at(y, tokens, weights[tokens, slots][:, None] * (act @ w2[e].T))
+    return y
+
+
+@dataclass(frozen=True)
+class MoeInputs:
+    """One MoE problem as ``make_inputs`` builds it; ``run()`` calls ``fused_moe`` on it."""
+
+    x: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+    weight_format: str
+    w1_scale: torch.Tensor | None = None
+    w2_scale: torch.Tensor | None = None
+    expert_map: torch.Tensor | None = None
+
+    def run(self, **config: int | bool) -> torch.Tensor:
+        """``fused_moe`` on these inputs (ids are valid by construction: no host sync)."""
+        config.setdefault("validate_ids", False)
+        return fused_moe(
+            self.x,
+            self.w1,
+            self.w2,
+            self.topk_weights,
+            self.topk_ids,
+            w1_scale=self.w1_scale,
+            w2_scale=self.w2_scale,
+            expert_map=self.expert_map,
+            **config,  # type: ignore[arg-type]
+        )
+
+    def dequantized_weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(w1 [L, 2I, H], w2 [L, H, I])`` in float64, exactly what the kernel multiplies by."""
+        if self.weight_format not in ("fp8", "mxfp4"):
+            return _np64(self.w1), _np64(self.w2)
+        if self.w1_scale is None or self.w2_scale is None:
+            raise ValueError(f"{self.weight_format} inputs need w1_scale and w2_scale")
+        dequantize = dequantize_fp8 if self.weight_format == "fp8" else dequantize_mxfp4
+        return dequantize(self.w1, self.w1_scale), dequantize(self.w2, self.w2_scale)
+
+    def reference(self) -> np.ndarray:
+        """``moe_reference`` on the (rounded) inputs and dequantised weights, float64."""
+        w1, w2 = self.dequantized_weights()
+        emap = None if self.expert_map is None else self.expert_map.cpu().numpy()
+        return moe_reference(
+            _np64(self.x), w1, w2, _np64(self.topk_weights), self.topk_ids.cpu().numpy(), emap
+        )
+
+
+def _np64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+def make_inputs(
+    num_tokens: int,
+    hidden: int,
+    inter: int,
+    num_experts: int,
+    topk: int,
+    weight_format: str = "bf16",
+    dtype: torch.dtype | None = None,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    *,
+    local_experts: int | None = None,
+    ep_rank: int = 0,
+) -> MoeInputs:
+    """Random inputs for one MoE shape: ``x ~ N(0, 1)``, softmax top-k routing of N(0, 1) logits.
+
+    Expert weights are ``N(0, 1/hidden)`` (w1) and ``N(0, 1/inter)`` (w2), quantised for fp8 /
+    mxfp4. ``dtype`` is the activation dtype (default: the format's dtype for dense formats,
+    bf16 for quantised ones; dense formats must match it). With ``local_experts = L < E`` the
+    inputs are those of EP rank ``ep_rank``, owning global experts ``[ep_rank*L, (ep_rank+1)*L)``:
+    routing is over all ``E`` experts, weights exist for the local ones only and ``expert_map``
+    maps global ids to local ones (``-1`` elsewhere). Draws come from ``generator`` (default:
+    CPU, seed 0) on its device, then move to ``device``; each expert's weights come from its own
+    seed derived from the generator, so all EP ranks built from equal generators agree on ``x``,
+    the routing and every expert.
+    """
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format={weight_format!r} must be one of {WEIGHT_FORMATS}")
+    if dtype is None:
+        dtype = DENSE_FORMAT_DTYPES.get(weight_format, torch.bfloat16)
+    if dtype not in ACTIVATION_DTYPES:
+        raise ValueError(f"dtype={dtype} must be one of {ACTIVATION_DTYPES}")
+    if weight_format in DENSE_FORMAT_DTYPES and DENSE_FORMAT_DTYPES[weight_format] != dtype:
+        raise ValueError(
+            f"dense {weight_format} weights need activations of that dtype, got {dtype}"
+        )
+    if min(num_tokens, hidden, inter, num_experts, topk) < 1 or topk > num_experts:
+        raise ValueError(
+            f"need positive sizes and topk <= num_experts, got T={num_tokens}, hidden={hidden}, "
+            f"inter={inter}, E={num_experts}, topk={topk}"
+        )
+    if weight_format == "mxfp4" and (hidden % MXFP4_BLOCK or inter % MXFP4_BLOCK):
+        raise ValueError(f"mxfp4 needs hidden={hidden} and inter={inter} multiples of 32")
+    num_local = num_experts if local_experts is None else local_experts
+    if num_local < 1 or ep_rank < 0 or (ep_rank + 1) * num_local > num_experts:
+        raise ValueError(
+            f"local_experts={local_experts}, ep_rank={ep_rank}: rank must own a slice of "
+            f"[0, {num_experts}) experts"
+        )
+    gen = torch.Generator().manual_seed(0) if generator is None else generator
+    gdev = gen.device
+    x = torch.randn((num_tokens, hidden), generator=gen, device=gdev).to(device=device, dtype=dtype)
+    topk_weights, topk_ids = route(
+        gen, topk, num_tokens=num_tokens, num_experts=num_experts, device=device
+    )
+    base_seed = int(torch.randint(0, 2**62, (1,), generator=gen, device=gdev))
+    first = ep_rank * num_local
+    parts: dict[str, list[torch.Tensor]] = {"w1": [], "w2": [], "w1_scale": [], "w2_scale": []}
+    for g in range(first, first + num_local):  # expert by expert: bounded peak memory
+        eg = torch.Generator(device=gdev).manual_seed(base_seed + g)
+        for name, shape, fan_in in (
+            ("w1", (2 * inter, hidden), hidden),
+            ("w2", (hidden, inter), inter),
+        ):
+            w = torch.randn(shape, generator=eg, device=gdev).to(device) / math.sqrt(fan_in)
+            if weight_format == "fp8":
+                w, scale = quantize_fp8(w)
+                parts[f"{name}_scale"].append(scale)
+            elif weight_format == "mxfp4":
+                w, scale = quantize_mxfp4(w)
+                parts[f"{name}_scale"].append(scale)
+            else:
+                w = w.to(dtype)
+            parts[name].append(w)
+    w1, w2 = torch.stack(parts["w1"]), torch.stack(parts["w2"])
+    quantised = weight_format in ("fp8", "mxfp4")
+    w1_scale = torch.stack(parts["w1_scale"]) if quantised else None
+    w2_scale = torch.stack(parts["w2_scale"]) if quantised else None
+    expert_map = None
+    if local_experts is not None:
+        expert_map = torch.full((num_experts,), -1, dtype=torch.int32, device=device)
+        expert_map[first : first + num_local] = torch.arange(
+            num_local, dtype=torch.int32, device=device
+        )
+    return MoeInputs(
+        x=x,
+        w1=w1,
+        w2=w2,
+        topk_weights=topk_weights,
+        topk_ids=topk_ids,
+        weight_format=weight_format,
+        w1_scale=w1_scale,
+        w2_scale=w2_scale,
+        expert_map=expert_map,
+    )
