@@ -306,7 +306,7 @@ def report_device(name: str, profiles_dir: Path, out: Path | None) -> Path:
     device_dir = _device_dir(name, profiles_dir)
     profile = _profile(device_dir)
     page = report_html(device_dir, profile)
-    path = out or device_dir / "measurements" / "report.html"
+    path = out or Path("out") / f"calibration-{name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     typer.echo(f"wrote {path}", err=True)
@@ -318,7 +318,7 @@ def report(
     name: Annotated[str, typer.Argument(help="Device profile name.")],
     profiles_dir: ProfilesOpt = PROFILES_DIR,
     out: Annotated[
-        Path | None, typer.Option(help="HTML file (default NAME/measurements/report.html).")
+        Path | None, typer.Option(help="HTML file (default out/calibration-NAME.html).")
     ] = None,
 ) -> None:
     """HTML page: measured vs prior vs fitted latency per op class, held-out errors."""
