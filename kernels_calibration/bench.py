@@ -41,17 +41,21 @@ def _gemm(job: Job, device: torch.device) -> Closure:
     m, n, k = d["m"], d["n"], d["k"]
     a = _randn((m, k), device, torch.bfloat16)
     w = _randn((n, k), device, torch.bfloat16)  # [out, in] as in nn.Linear
+    if job.dtype == "fp8":
+        f8 = fp8_dtype(device)
+        a, w = a.to(f8), w.to(f8)
     if job.kernel == "triton.matmul":
         from kernels_calibration.gemm import matmul
 
         wt = w.t()
         return lambda: matmul(a, wt, block_m=64, block_n=128, block_k=64, num_warps=8)
     if job.dtype == "fp8":
-        f8 = fp8_dtype(device)
-        a8, w8 = a.to(f8), w.to(f8)
+        a8, w8 = a, w
         one = torch.ones((), device=device, dtype=torch.float32)
         # per-tensor scaled FP8 GEMM (cuBLASLt / hipBLASLt), bf16 out: vLLM's w8a8 path
-        return lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one, out_dtype=a.dtype)
+        return lambda: torch._scaled_mm(
+            a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+        )
     return lambda: torch.nn.functional.linear(a, w)
 
 

@@ -61,7 +61,7 @@ def _one(op: str, nbytes: int, world: int, device: torch.device) -> Any:
         big = torch.ones(elems * world, device=device, dtype=torch.bfloat16)
         return lambda: dist.reduce_scatter_tensor(x, big)
     if op == "alltoall":
-        send = torch.ones(elems - elems % world or world, device=device, dtype=torch.bfloat16)
+        send = torch.ones(max(world, elems // world * world), device=device, dtype=torch.bfloat16)
         recv = torch.empty_like(send)
         return lambda: dist.all_to_all_single(recv, send)
     raise ValueError(op)

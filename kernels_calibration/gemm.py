@@ -18,6 +18,8 @@ import triton
 import triton.language as tl
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# FP8 inputs (per-tensor scales, bf16 out): e4m3fn on NVIDIA and MI355X, e4m3fnuz on MI300X/325X
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
 @triton.jit
@@ -37,9 +39,11 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    scale,
     GROUP_M: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     UPCAST_TO_FP32: tl.constexpr,
+    SCALED: tl.constexpr,
 ):
     # 1-D grid, grouped ordering: GROUP_M row-tiles share each column tile for L2 reuse.
     pid = tl.program_id(0)
@@ -72,6 +76,8 @@ def _matmul_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
+    if SCALED:  # FP8: the product of the per-tensor scales, applied once to the fp32 sum
+        acc = acc * scale
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -84,7 +90,8 @@ def _interpreter_needs_upcast(dtype: torch.dtype) -> bool:
     products of two bf16 values are exact in fp32, so upcasting first gives what a bf16
     MMA with fp32 accumulation gives. On a GPU this is False and bf16 goes to tensor cores.
     """
-    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    return interpreted and (dtype == torch.bfloat16 or dtype in FP8_DTYPES)
 
 
 def matmul(
@@ -98,8 +105,13 @@ def matmul(
     allow_tf32: bool = False,
     num_warps: int = 4,
     num_stages: int = 3,
+    scale_a: float = 1.0,
+    scale_b: float = 1.0,
 ) -> torch.Tensor:
     """``a [M, K] @ b [K, N] -> c [M, N]`` in ``a.dtype``, accumulated in fp32.
+
+    FP8 inputs (``FP8_DTYPES``, both the same) give ``scale_a * scale_b * (a @ b)`` in bf16:
+    the per-tensor-scaled W8A8 GEMM; on a GPU ``tl.dot`` takes the FP8 tiles directly.
 
     Any strides are accepted (e.g. ``w.T`` of an ``[N, K]`` weight). Block sizes must be
     powers of two and at least 16 (``tl.dot``). ``allow_tf32`` only matters for fp32 inputs
@@ -109,14 +121,19 @@ def matmul(
         raise ValueError(f"matmul needs 2-D inputs, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
-    if a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"inputs must share one of {SUPPORTED_DTYPES}, got {a.dtype}, {b.dtype}")
+    if a.dtype != b.dtype or a.dtype not in SUPPORTED_DTYPES + FP8_DTYPES:
+        raise ValueError(
+            f"inputs must share one of {SUPPORTED_DTYPES + FP8_DTYPES}, got {a.dtype}, {b.dtype}"
+        )
+    fp8 = a.dtype in FP8_DTYPES
+    if not fp8 and (scale_a != 1.0 or scale_b != 1.0):
+        raise ValueError("scale_a / scale_b apply to FP8 inputs only")
     for name, block in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if block < 16 or block & (block - 1):
             raise ValueError(f"{name}={block} must be a power of two >= 16")
     m, k = a.shape
     n = b.shape[1]
-    c = torch.empty((m, n), device=a.device, dtype=a.dtype)
+    c = torch.empty((m, n), device=a.device, dtype=torch.bfloat16 if fp8 else a.dtype)
     if m == 0 or n == 0:
         return c
     if k == 0:
@@ -138,9 +155,11 @@ def matmul(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        scale=float(scale_a * scale_b),
         GROUP_M=group_m,
-        INPUT_PRECISION="tf32" if allow_tf32 else "ieee",
+        INPUT_PRECISION="tf32" if allow_tf32 or fp8 else "ieee",
         UPCAST_TO_FP32=_interpreter_needs_upcast(a.dtype),
+        SCALED=fp8,
         num_warps=num_warps,
         num_stages=num_stages,
     )

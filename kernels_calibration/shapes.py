@@ -28,11 +28,6 @@ from simulator.specs.model import ModelCard
 from simulator.specs.precision import WEIGHT_FORMATS
 from simulator.specs.serving import ServingConfig
 
-# What vLLM runs for each op class, i.e. the implementation the fit prefers. Dense GEMMs are
-# cuBLAS / hipBLASLt through torch (vLLM's linear layers); everything else is a Triton kernel
-# of this package (vLLM has Triton backends for each: TRITON_MLA, triton_attn, fused_moe, fla).
-SERVING_IMPL: dict[str, str] = {"gemm": "torch"}
-
 # The kernels timed, by name (the ``kernel`` column); names starting "torch." are torch ops.
 KERNELS = (
     "torch.matmul", "triton.matmul", "torch.rms_norm", "rmsnorm", "lse_merge", "moe_gemm",
@@ -41,6 +36,7 @@ KERNELS = (
 
 
 def impl_of(kernel: str) -> str:
+    """torch or triton; which one the fit uses per op class: ``calibration.PREFERRED_IMPL``."""
     return "torch" if kernel.startswith("torch.") else "triton"
 
 
@@ -206,8 +202,8 @@ def _gemm(
             plan.skip(f"gemm {_format_name(g.weight_bytes_per_elem)} ({tag} {g.name}): no kernel")
             continue
         for kernel in ("torch.matmul", "triton.matmul"):
-            if impl_of(kernel) not in impls or (kernel == "triton.matmul" and fmt != "bf16"):
-                continue  # the Triton GEMM is the bf16 reference next to cuBLAS
+            if impl_of(kernel) not in impls:
+                continue
             # the Triton GEMM is a reference point next to cuBLAS: every third m only
             for m in grid.gemm_m if kernel == "torch.matmul" else grid.gemm_m[::3]:
                 plan.add(

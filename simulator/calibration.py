@@ -38,7 +38,10 @@ from simulator.specs.loading import SpecError
 if TYPE_CHECKING:
     import pandas as pd
 
-PREFERRED_IMPL: dict[str, str] = {"gemm": "torch"}
+PREFERRED_IMPL: dict[str, str] = {
+    "gemm": "torch",
+    **dict.fromkeys(("allreduce", "allgather", "reducescatter", "alltoall"), "torch"),
+}
 DEFAULT_IMPL = "triton"
 FOLDS = 5
 

@@ -78,6 +78,31 @@ def test_matmul_transposed_weight_and_small_blocks() -> None:
     assert _rel_err(_np(c), matmul_reference(_np(x), _np(w).T)) < REL_TOL[torch.float32]
 
 
+FNUZ_ON_CPU = pytest.mark.skipif(
+    DEVICE == "cpu", reason="triton 3.5's interpreter cannot convert fp8e4b8 (MI300's fnuz)"
+)
+
+
+@pytest.mark.parametrize(
+    "fp8",
+    [
+        pytest.param(torch.float8_e4m3fn, id="fn"),
+        pytest.param(torch.float8_e4m3fnuz, id="fnuz", marks=FNUZ_ON_CPU),
+    ],
+)
+def test_fp8_matmul_is_scaled_and_bf16(fp8: torch.dtype) -> None:
+    """W8A8 per-tensor: the reference multiplies the FP8 values exactly as stored."""
+    gen = torch.Generator().manual_seed(3)
+    a = _randn(gen, (33, 40), torch.float32).to(fp8)
+    b = _randn(gen, (40, 21), torch.float32).to(fp8)
+    c = matmul(a, b, block_m=16, block_n=16, block_k=16, scale_a=0.5, scale_b=3.0)
+    assert c.dtype == torch.bfloat16
+    ref = 1.5 * matmul_reference(_np(a), _np(b))
+    assert _rel_err(_np(c), ref) < REL_TOL[torch.bfloat16]
+    with pytest.raises(ValueError, match="FP8 inputs only"):
+        matmul(a.float(), b.float(), scale_a=2.0)
+
+
 def test_matmul_rejects_mismatched_inner_dims() -> None:
     a = torch.zeros((4, 5), device=DEVICE)
     with pytest.raises(ValueError, match="inner dimensions"):
