@@ -124,18 +124,35 @@ def _kda_decode(job: Job, device: torch.device) -> Closure:
     return lambda: kda_decode(q, k, v, g, beta, state)
 
 
+_MOE_CACHE: dict[tuple[object, ...], object] = {}
+
+
 def _moe(job: Job, device: torch.device) -> Closure:
     """The routed experts of one rank: ``inter / tp`` per expert, ``num_experts / ep`` local
-    experts (routing over all of them, pairs of other ranks dropped at the align step)."""
-    from kernels_calibration.moe_gemm import make_inputs
+    experts (routing over all of them, pairs of other ranks dropped at the align step).
+
+    Expert weights (GBs at TP1) are made once per family and reused for its token counts;
+    only the activations and the routing are drawn anew."""
+    import dataclasses
+
+    from kernels_calibration.moe_gemm import MoeInputs, make_inputs, route
 
     d = job.dims()
+    family = (job.dtype, d["hidden"], d["inter"], d["num_experts"], d["topk"], d["ep"], d["tp"])
     gen = torch.Generator(device=device).manual_seed(SEED)
-    inputs = make_inputs(
-        d["num_tokens"], d["hidden"], d["inter"] // d["tp"], d["num_experts"], d["topk"],
-        weight_format=job.dtype, dtype=torch.bfloat16, device=device, generator=gen,
-        local_experts=d["num_experts"] // d["ep"],
-    )  # fmt: skip
+    cached = _MOE_CACHE.get(family)
+    if not isinstance(cached, MoeInputs):
+        _MOE_CACHE.clear()  # one family's weights at a time
+        cached = make_inputs(
+            d["num_tokens"], d["hidden"], d["inter"] // d["tp"], d["num_experts"], d["topk"],
+            weight_format=job.dtype, dtype=torch.bfloat16, device=device, generator=gen,
+            local_experts=d["num_experts"] // d["ep"],
+        )  # fmt: skip
+        _MOE_CACHE[family] = cached
+    t = d["num_tokens"]
+    weights, ids = route(gen, d["topk"], num_tokens=t, num_experts=d["num_experts"], device=device)
+    x = _randn((t, d["hidden"]), device, torch.bfloat16)
+    inputs = dataclasses.replace(cached, x=x, topk_weights=weights, topk_ids=ids)
     return inputs.run
 
 

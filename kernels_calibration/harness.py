@@ -140,13 +140,20 @@ class Store:
 
 
 def interleave(jobs: Sequence[Job], seed: int = 0) -> list[Job]:
-    """Round-robin over (op, kernel) groups, each group in a seeded random order, so that a
-    run cut short by its budget still covers every op class across its range."""
+    """Round-robin over (op, kernel) groups, so that a run cut short by its budget still
+    covers every op class. Within a group, jobs of one family (the shape without its first
+    column: a GEMM's (n, k), a MoE's weights) stay together, families in a seeded random
+    order: a cut keeps whole m sweeps (what GEMM shape tables need) and the MoE builder
+    reuses one family's expert weights."""
     rng = np.random.default_rng(seed)
-    groups: dict[tuple[str, str], list[Job]] = {}
+    groups: dict[tuple[str, str], dict[tuple[object, ...], list[Job]]] = {}
     for j in jobs:
-        groups.setdefault((j.op, j.kernel), []).append(j)
-    queues = [[g[i] for i in rng.permutation(len(g))] for g in groups.values()]
+        family = (j.dtype, j.kv_dtype, *j.shape[1:])
+        groups.setdefault((j.op, j.kernel), {}).setdefault(family, []).append(j)
+    queues = []
+    for families in groups.values():
+        fams = list(families.values())
+        queues.append([j for i in rng.permutation(len(fams)) for j in fams[i]])
     out: list[Job] = []
     while any(queues):
         for q in queues:
