@@ -156,7 +156,55 @@ def _moe(job: Job, device: torch.device) -> Closure:
     return inputs.run
 
 
+def _attn_prefill(job: Job, device: torch.device) -> Closure:
+    from kernels_calibration.prefill_attention import make_inputs, prefill_attention
+
+    d = job.dims()
+    gen = torch.Generator(device=device).manual_seed(SEED)
+    q, k, v = make_inputs(
+        d["batch"], d["seq_len"], d["prefix_len"], d["num_heads"], d["num_kv_heads"],
+        d["head_dim"], d["head_dim"], torch.bfloat16, device, gen,
+    )  # fmt: skip
+    return lambda: prefill_attention(q, k, v)
+
+
+def _mla_prefill(job: Job, device: torch.device) -> Closure:
+    """vLLM's MLA prefill (``forward_mha``): up-project the latents of prefix + new tokens
+    with kv_b to per-head K_nope and V, append the shared RoPE key, then causal attention
+    with QK dim 192 and V dim 128 (``ops.mla_prefill_work``: 2 kernels)."""
+    from kernels_calibration.prefill_attention import prefill_attention
+
+    d = job.dims()
+    b, s, p, h = d["batch"], d["seq_len"], d["prefix_len"], d["num_heads"]
+    latent = _randn((b, p + s, MLA_LATENT), device, torch.bfloat16)
+    k_rope = _randn((b, p + s, 1, MLA_ROPE), device, torch.bfloat16)
+    w_kvb = _randn((h * (MLA_NOPE + MLA_V), MLA_LATENT), device, torch.bfloat16) * 0.05
+    q = _randn((b, s, h, MLA_NOPE + MLA_ROPE), device, torch.bfloat16)
+
+    def run() -> object:
+        kv = torch.nn.functional.linear(latent, w_kvb).view(b, p + s, h, MLA_NOPE + MLA_V)
+        k_nope, v = kv.split([MLA_NOPE, MLA_V], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(b, p + s, h, MLA_ROPE)], dim=-1)
+        return prefill_attention(q, k, v.contiguous())
+
+    return run
+
+
+def _kda_prefill(job: Job, device: torch.device) -> Closure:
+    from kernels_calibration.kda_prefill import kda_prefill, make_inputs
+
+    d = job.dims()
+    gen = torch.Generator(device=device).manual_seed(SEED)
+    q, k, v, g, beta, state = make_inputs(
+        d["batch"], d["seq_len"], d["num_heads"], d["head_dim"], torch.bfloat16, device, gen
+    )
+    return lambda: kda_prefill(q, k, v, g, beta, state)
+
+
 BUILDERS: dict[str, Callable[[Job, torch.device], Closure]] = {
+    "prefill_attention": _attn_prefill,
+    "mla_prefill": _mla_prefill,
+    "kda_prefill": _kda_prefill,
     "moe_gemm": _moe,
     "torch.matmul": _gemm,
     "triton.matmul": _gemm,
