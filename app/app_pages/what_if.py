@@ -1,0 +1,233 @@
+"""What-if: one scenario (device, parallelism, offload, batch cap, users, think time, SLO)
+simulated with the built-in agentic generator; throughput, interactivity, TTFT, hit rates,
+KV usage over time and where the step time goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+from dashboard import controls, figures, runs
+from dashboard.errors import inline_errors
+
+from simulator import catalog
+from simulator.memory import default_batch_limits
+from simulator.specs import Scenario, SpecError
+from simulator.specs.loading import parse
+
+PAGE = "whatif"
+SOURCE = "what-if"
+THINK_SCALES = [0.25, 0.5, 1.0, 2.0, 4.0]
+MIN_SESSIONS = 1000  # generated sessions; closed-loop users never run out in a short window
+# metric tiles whose deltas are better when they go down
+LOWER_IS_BETTER = {"P90 TTFT (s)"}
+
+
+def inputs() -> dict[str, Any]:
+    """The sidebar controls, as the scenario they describe (not validated yet)."""
+    with st.sidebar:
+        st.subheader("Deployment")
+        model = controls.model_select(f"{PAGE}_model")
+        device = st.selectbox(
+            "Device", catalog.device_names(), index=controls.device_index("mi355x"),
+            format_func=controls.device_label, key=f"{PAGE}_device",
+        )  # fmt: skip
+        left, right = st.columns(2)
+        tp = left.selectbox("TP", controls.TP_SIZES, index=3, key=f"{PAGE}_tp")
+        dcp = right.selectbox("DCP", controls.DCP_SIZES, key=f"{PAGE}_dcp")
+        offload_gib = st.select_slider(
+            "CPU KV offload per replica", controls.OFFLOAD_GIB, value=0,
+            format_func=controls.offload_label, key=f"{PAGE}_offload_gib",
+        )  # fmt: skip
+        profile = catalog.hardware_profile(device)
+        host = profile.host_dram_bytes_per_gpu * tp / 2**30
+        st.caption(f"Host DRAM of {tp}x {device} in its profile: {controls.offload_label(host)}.")
+        default_seqs = default_batch_limits(profile)[1]
+        max_num_seqs = st.selectbox(
+            "max_num_seqs", [0, 8, 16, 32, 64, 128, 256, 512, 1024],
+            format_func=lambda v: str(v) if v else f"vLLM default ({default_seqs})",
+            key=f"{PAGE}_max_num_seqs", help="Running requests per replica at most",
+        )  # fmt: skip
+        st.subheader("Traffic (built-in agentic sessions)")
+        users = st.number_input(
+            "Concurrent users (closed loop)", min_value=1, max_value=1024, value=32, step=8,
+            key=f"{PAGE}_users",
+        )  # fmt: skip
+        think = st.select_slider(
+            "Think time x", THINK_SCALES, value=1.0, key=f"{PAGE}_think_scale",
+            help="Multiplies the generator's think times between the turns of a session",
+        )  # fmt: skip
+        left, right = st.columns(2)
+        minutes = left.number_input(
+            "Simulated min", min_value=1, max_value=480, value=30, key=f"{PAGE}_minutes"
+        )
+        warmup = right.number_input(
+            "Warm-up min", min_value=0, max_value=120, value=5, key=f"{PAGE}_warmup",
+            help="Requests arriving earlier are not measured",
+        )  # fmt: skip
+        st.subheader("SLO and cost")
+        slo_inter = st.number_input(
+            "P90 interactivity at least (tok/s/user)", min_value=0.0, value=50.0, step=5.0,
+            key=f"{PAGE}_slo_interactivity", help="0: no interactivity target",
+        )  # fmt: skip
+        slo_ttft = st.number_input(
+            "P90 TTFT at most (s)", min_value=0.0, value=0.0, step=1.0,
+            key=f"{PAGE}_slo_ttft", help="0: no TTFT target",
+        )  # fmt: skip
+        cost_models = list(catalog.cost_models())
+        cost_model = st.selectbox(
+            "Cost model", cost_models, index=cost_models.index("semianalysis_tco_neocloud"),
+            key=f"{PAGE}_cost_model",
+        )  # fmt: skip
+    if warmup >= minutes:
+        raise SpecError(SOURCE, "warm-up", f"{warmup} min leaves nothing of {minutes} to measure")
+    return {
+        "name": SOURCE,
+        "model": model,
+        "device": device,
+        "serving": {
+            "tp": tp, "dcp": dcp, "cpu_offload_bytes": float(offload_gib) * 2**30,
+            "max_num_seqs": max_num_seqs or None,
+        },
+        "workload": {
+            "kind": "agentic", "sessions": max(MIN_SESSIONS, 4 * int(users)),
+            "concurrency": int(users), "think_time_scale": think,
+        },
+        "duration_s": float(minutes) * 60,
+        "warmup_s": float(warmup) * 60,
+        "slo": {
+            "interactivity_tok_per_s_p90": slo_inter or None, "ttft_s_p90": slo_ttft or None,
+        },
+        "cost_model": cost_model,
+    }  # fmt: skip
+
+
+def describe(sc: Scenario) -> str:
+    serving = sc.serving
+    parts = [f"TP{serving.tp}", f"DCP{serving.dcp}"]
+    if serving.cpu_offload_bytes:
+        parts.append(f"{controls.offload_label(serving.cpu_offload_bytes / 2**30)} CPU offload")
+    if serving.max_num_seqs:
+        parts.append(f"max_num_seqs {serving.max_num_seqs}")
+    users = sc.workload.concurrency
+    minutes = (sc.duration_s or 0) / 60
+    return (
+        f"**{sc.model}** on **{serving.num_gpus}x {sc.device}** ({', '.join(parts)}):"
+        f" {users} agentic users, {minutes:g} simulated minutes, the first"
+        f" {sc.warmup_s / 60:g} not measured."
+    )
+
+
+def tiles(key: str, values: dict[str, tuple[float | None, str, str]]) -> None:
+    """Metric tiles with the change from the previous scenario shown in this session."""
+    numbers = {label: v for label, (v, _, _) in values.items()}
+    last = st.session_state.get(f"{PAGE}_last")
+    if last is None or last[0] != key:
+        st.session_state[f"{PAGE}_before"] = last
+        st.session_state[f"{PAGE}_last"] = (key, numbers)
+    before = st.session_state.get(f"{PAGE}_before")
+    columns = st.columns(len(values))
+    for col, (label, (value, spec, unit)) in zip(columns, values.items(), strict=True):
+        old = before[1].get(label) if before else None
+        delta = None
+        if value is not None and old is not None and value != old:
+            delta = f"{(value - old) * 100:+.1f} pp" if "%" in spec else format(value - old, spec)
+        col.metric(
+            label, controls.fmt(value, spec, unit), delta,
+            delta_color="inverse" if label in LOWER_IS_BETTER else "normal",
+        )  # fmt: skip
+
+
+def page() -> None:
+    st.title("What-if")
+    data = inputs()
+    scenario = parse(Scenario, data, SOURCE)
+    key = runs.simulated_part(scenario)
+    st.markdown(describe(scenario))
+    with runs.StopButton(PAGE, key) as stop:
+        if stop.stopped:
+            return
+        result = runs.what_if(key)
+    tokens_per_usd, slo_met = runs.judged(scenario, result)
+    s = result.summary
+    tiles(
+        scenario.model_dump_json(),
+        {
+            "Throughput (tok/s/GPU)": (s.throughput_tok_per_s_per_gpu, ",.0f", ""),
+            "Output (tok/s/GPU)": (s.output_tok_per_s_per_gpu, ",.0f", ""),
+            "P90 tok/s/user": (s.interactivity_tok_per_s_p90, ",.1f", ""),
+            "P90 TTFT (s)": (s.ttft_s_p90, ",.2f", ""),
+            "Prefix hit rate": (s.prefix_hit_rate, ".1%", ""),
+            "Tokens per USD (M)": (
+                tokens_per_usd and tokens_per_usd / 1e6,
+                ",.2f",
+                "",
+            ),
+        },
+    )
+    slo = scenario.slo
+    if slo_met is None:
+        st.caption("No SLO given.")
+    else:
+        target = []
+        if slo.interactivity_tok_per_s_p90 is not None:
+            target.append(f"P90 interactivity >= {slo.interactivity_tok_per_s_p90:g} tok/s/user")
+        if slo.ttft_s_p90 is not None:
+            target.append(f"P90 TTFT <= {slo.ttft_s_p90:g} s")
+        verdict = "meets" if slo_met else "misses"
+        show = st.success if slo_met else st.warning
+        show(f"This scenario **{verdict}** the SLO ({', '.join(target)}).")
+    if tokens_per_usd is None:
+        st.caption(f"{scenario.cost_model} has no price for {scenario.device}.")
+
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Percentiles")
+        st.dataframe(
+            {
+                "percentile": ["P50", "P90", "P99"],
+                "interactivity (tok/s/user)": [
+                    s.interactivity_tok_per_s_p50, s.interactivity_tok_per_s_p90,
+                    s.interactivity_tok_per_s_p99,
+                ],
+                "TTFT (s)": [s.ttft_s_p50, s.ttft_s_p90, s.ttft_s_p99],
+            },
+            key=f"{PAGE}_percentiles", hide_index=True,
+            column_config={
+                "interactivity (tok/s/user)": st.column_config.NumberColumn(format="%.1f"),
+                "TTFT (s)": st.column_config.NumberColumn(format="%.2f"),
+            },
+        )  # fmt: skip
+    with right:
+        st.subheader("Prefix-cache hits")
+        cols = st.columns(3)
+        cols[0].metric("GPU hit rate", controls.fmt(s.gpu_hit_rate, ".1%"))
+        cols[1].metric("CPU hit rate", controls.fmt(s.cpu_hit_rate, ".1%"))
+        cols[2].metric("Recomputed tokens", f"{s.recomputed_prompt_tokens:,}")
+        st.caption(
+            "Share of prompt tokens served from the GPU block pool and from the host tier;"
+            " recomputed: tokens past a hybrid model's last recurrent checkpoint."
+        )
+    left, right = st.columns(2)
+    with left:
+        st.subheader("KV cache usage")
+        st.plotly_chart(
+            figures.kv_usage_figure(result.kv_usage, scenario.warmup_s / 60),
+            key=f"{PAGE}_kv_usage",
+        )
+    with right:
+        st.subheader("Step time breakdown")
+        st.plotly_chart(figures.step_figure(result.step_ms), key=f"{PAGE}_steps")
+    m = result.memory
+    st.caption(
+        f"{s.requests_finished:,} requests measured ({s.requests_rejected:,} rejected),"
+        f" {s.preemptions:,} preemptions, {s.steps:,} engine steps"
+        f" (mean {controls.fmt(s.mean_step_s and s.mean_step_s * 1e3, ',.1f', 'ms')});"
+        f" KV pool {m.kv_cache_bytes_per_gpu / 2**30:,.1f} GiB per GPU, {m.num_blocks:,} blocks"
+        f" of {m.block_size_tokens} tokens; simulated in {result.wall_s:,.1f} s."
+        f" {controls.caveat([scenario.device])}"
+    )
+
+
+with inline_errors(SOURCE):
+    page()

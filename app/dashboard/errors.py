@@ -1,0 +1,41 @@
+"""Bad input as one inline line (file, field, reason), never a traceback on the page."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import streamlit as st
+from pydantic import ValidationError
+
+from simulator.specs.loading import SpecError, first_error
+
+LOG = logging.getLogger("dashboard")
+
+
+def one_line(exc: SpecError | ValidationError, source: str) -> str:
+    """The CLI's one-line message: ``file: field: reason``."""
+    if isinstance(exc, ValidationError):
+        return str(first_error(exc, source))
+    return str(exc)
+
+
+@contextmanager
+def inline_errors(source: str) -> Iterator[None]:
+    """Run a page body; a SpecError or ValidationError ends it with one ``st.error`` line.
+
+    Anything else is a bug: the page says so in one line and the traceback goes to the server
+    log. Streamlit's stop/rerun signals are BaseExceptions and pass through untouched.
+    """
+    try:
+        yield
+    except (SpecError, ValidationError) as exc:
+        st.error(one_line(exc, source), icon=":material/block:")
+    except Exception as exc:
+        LOG.exception("dashboard page failed")
+        st.error(
+            f"internal problem ({type(exc).__name__}: {exc}); the traceback is in the log of"
+            " the streamlit server",
+            icon=":material/bug_report:",
+        )

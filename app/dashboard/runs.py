@@ -1,0 +1,281 @@
+"""Cached, stoppable calls into the core: one scenario (What-if), a small sweep (Compare), a
+``plan search`` output folder (Search results).
+
+Caching: ``st.cache_data`` keyed on the scenario's (or search space's) JSON, so a scenario
+seen before, by anyone on this server, is answered at once.
+
+Stopping: the core has no cancel hook. A run reports progress through its callback, and every
+progress update is a Streamlit call, which is where Streamlit interrupts a script whose user
+pressed Stop or changed a control. So a run stops at its next progress report; nothing half
+done is cached. The progress bar is created inside the cached function (Streamlit replays it,
+already removed, on a cache hit).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from simulator.cli.run import _slo_met, _tokens_per_dollar
+from simulator.cost.step import CATEGORIES
+from simulator.memory import MemoryReport
+from simulator.metrics import Summary
+from simulator.planner.executor import run_all
+from simulator.planner.space import Candidate, Pruned, SearchSpace, expand
+from simulator.simulation import simulate
+from simulator.specs.loading import SpecError, load
+from simulator.specs.scenario import SLO, Scenario
+
+PROGRESS_INTERVAL_S = 0.25  # wall time between progress updates (and stop checks)
+KV_USAGE_POINTS = 2000  # points per replica in the KV usage chart
+DEFAULT_COST_MODEL = Scenario.model_fields["cost_model"].default
+SEARCH_FILES = ("runs.csv", "best.csv", "sensitivity.csv", "pruned.csv")
+
+
+class Progress:
+    """A progress bar that a long core call updates through its callback, at most every
+    ``PROGRESS_INTERVAL_S`` of wall time."""
+
+    def __init__(self, text: str) -> None:
+        self._bar = st.progress(0.0, text=text)
+        self._last_s = time.monotonic()
+
+    def update(self, fraction: float, text: str) -> None:
+        now = time.monotonic()
+        if now - self._last_s < PROGRESS_INTERVAL_S:
+            return
+        self._last_s = now
+        self._bar.progress(min(max(fraction, 0.0), 1.0), text=text)
+
+    def close(self) -> None:
+        self._bar.empty()
+
+
+class StopButton:
+    """A Stop button shown while a run this session has not finished yet is computed (use it
+    as a context manager around the run: it goes away when the run ends).
+
+    ``stopped`` is True when the user stopped the run of ``key``: the page then shows a Run
+    button instead and runs nothing until it is pressed or the inputs change."""
+
+    def __init__(self, page: str, key: str) -> None:
+        self._done: set[str] = st.session_state.setdefault(f"{page}_done", set())
+        self._state = f"{page}_stopped"
+        self._key = key
+        self._slot = st.empty()
+        self.stopped = False
+        if key in self._done:
+            return
+        if st.session_state.get(self._state) == key:
+            self.stopped = True
+            with self._slot.container():
+                st.info("Stopped. Press Run to simulate these inputs, or change one.")
+                st.button("Run", key=f"{page}_run", on_click=self._set, args=(None,),
+                          type="primary")  # fmt: skip
+            return
+        self._slot.button(
+            "Stop", key=f"{page}_stop", on_click=self._set, args=(key,),
+            icon=":material/stop_circle:", help="Stop this run (nothing of it is kept)",
+        )  # fmt: skip
+
+    def _set(self, value: str | None) -> None:
+        st.session_state[self._state] = value
+
+    def __enter__(self) -> StopButton:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if self.stopped:
+            return
+        if exc_type is None:
+            self._done.add(self._key)
+        if exc_type is None or issubclass(exc_type, Exception):  # not Streamlit's stop/rerun
+            self._slot.empty()
+
+
+# ------------------------------------------------------------------------------- what-if
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    summary: Summary
+    memory: MemoryReport
+    kv_usage: pd.DataFrame  # minute, replica, kv_used (share of the block pool)
+    step_ms: pd.DataFrame  # component, ms (mean per engine step in the measured window)
+    wall_s: float
+
+
+def judged(scenario: Scenario, result: WhatIfResult) -> tuple[float | None, bool | None]:
+    """(tokens per USD under the scenario's cost model, SLO met or None without an SLO)."""
+    tput = result.summary.throughput_tok_per_s_per_gpu
+    return _tokens_per_dollar(scenario, tput), _slo_met(scenario, result.summary)
+
+
+def simulated_part(scenario: Scenario) -> str:
+    """The cache key of a scenario: its JSON without the SLO and the cost model, which judge
+    a run but do not change it (so moving them answers at once)."""
+    return scenario.model_copy(
+        update={"slo": SLO(), "cost_model": DEFAULT_COST_MODEL}
+    ).model_dump_json()
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def what_if(scenario_json: str) -> WhatIfResult:
+    """Simulate one scenario (``Scenario`` JSON, see ``simulated_part``) with a progress bar."""
+    scenario = Scenario.model_validate_json(scenario_json)
+    total_s = scenario.duration_s or math.inf
+    bar = Progress("simulating")
+
+    def progress(now_s: float, done: int) -> None:
+        bar.update(
+            now_s / total_s,
+            f"simulated {now_s / 60:,.1f} of {total_s / 60:,.0f} min, {done:,} requests done",
+        )
+
+    try:
+        result = simulate(scenario, "what-if", ".", progress)
+    finally:
+        bar.close()
+    steps = result.step_table()
+    return WhatIfResult(
+        summary=result.summary,
+        memory=result.memory,
+        kv_usage=_kv_usage(steps, result.memory.num_blocks),
+        step_ms=_step_ms(steps, scenario.warmup_s),
+        wall_s=result.wall_s,
+    )
+
+
+def _kv_usage(steps: pd.DataFrame, num_blocks: int) -> pd.DataFrame:
+    if steps.empty:
+        return pd.DataFrame({"minute": [], "replica": [], "kv_used": []})
+    parts = []
+    for _, g in steps.groupby("replica"):
+        every = max(1, len(g) // KV_USAGE_POINTS)
+        parts.append(g.iloc[::every])
+    thin = pd.concat(parts)
+    return pd.DataFrame(
+        {
+            "minute": thin.start_s / 60,
+            "replica": thin.replica,
+            "kv_used": thin.kv_blocks_used / max(num_blocks, 1),
+        }
+    )
+
+
+def _step_ms(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
+    """Mean milliseconds per engine step by component, over the measured window."""
+    window = steps[steps.start_s >= warmup_s] if not steps.empty else steps
+    components = [f"{c}_s" for c in CATEGORIES if f"{c}_s" in steps.columns]
+    count = float(window.steps.sum()) if not window.empty else 0.0
+    return pd.DataFrame(
+        {
+            "component": [c.removesuffix("_s") for c in components],
+            "ms": [float(window[c].sum()) / count * 1e3 if count else 0.0 for c in components],
+        }
+    )
+
+
+# ------------------------------------------------------------------------------- compare
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    candidates: list[Candidate]
+    pruned: list[Pruned]
+    results: dict[str, dict[str, Any]]
+
+
+def run_cache_dir() -> Path:
+    """Where run_all keeps one JSON per finished run (``PLAN_DASHBOARD_CACHE``, else a fresh
+    temporary folder per server process: results of older code are never read back)."""
+    return Path(os.environ.get("PLAN_DASHBOARD_CACHE") or _process_cache_dir())
+
+
+@st.cache_resource(show_spinner=False)
+def _process_cache_dir() -> str:
+    return tempfile.mkdtemp(prefix="plan-dashboard-")
+
+
+def sweep_size(space_json: str) -> tuple[int, int]:
+    """(runs, pruned configurations) of a search space, without running anything."""
+    candidates, pruned = expand(SearchSpace.model_validate_json(space_json), "compare")
+    return sum(len(c.scenarios) for c in candidates), len(pruned)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def sweep(space_json: str, workers: int) -> SweepResult:
+    """Every configuration x concurrency of a search space, ``workers`` processes at a time.
+
+    Runs go to ``run_all`` in batches of ``workers``: a stopped sweep waits for at most one
+    batch (``run_all`` itself finishes every submitted run before it returns or raises)."""
+    space = SearchSpace.model_validate_json(space_json)
+    candidates, pruned = expand(space, "compare")
+    scenarios = [sc for c in candidates for sc in c.scenarios]
+    bar = Progress(f"{len(scenarios)} runs")
+
+    def progress(offset: int, done: int, total: int) -> None:
+        del total
+        n = offset + done
+        bar.update(n / max(len(scenarios), 1), f"{n} of {len(scenarios)} runs done")
+
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for start in range(0, len(scenarios), workers):
+            batch = scenarios[start : start + workers]
+            results |= run_all(batch, run_cache_dir(), workers, partial(progress, start))
+    finally:
+        bar.close()
+    return SweepResult(candidates, pruned, results)
+
+
+# ------------------------------------------------------------------------ search results
+
+
+@dataclass(frozen=True)
+class SearchOutput:
+    folder: str
+    runs: pd.DataFrame
+    best: pd.DataFrame
+    sensitivity: pd.DataFrame
+    pruned: pd.DataFrame
+
+
+def search_output(folder: str) -> SearchOutput:
+    """The CSVs ``plan search --out FOLDER`` wrote (re-read when a file changes)."""
+    path = Path(folder).expanduser()
+    if not (path / "runs.csv").is_file():
+        raise SpecError(
+            path,
+            "(folder)",
+            "no runs.csv: not a plan search output folder"
+            " (plan search SPACE.yaml --out FOLDER writes one)",
+        )
+    stamp = tuple((path / f).stat().st_mtime if (path / f).is_file() else 0.0 for f in SEARCH_FILES)
+    return _read_search_output(str(path.resolve()), stamp)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _read_search_output(folder: str, stamp: tuple[float, ...]) -> SearchOutput:
+    del stamp  # part of the cache key only
+
+    def read(name: str) -> pd.DataFrame:
+        try:
+            return pd.read_csv(Path(folder) / name)
+        except (FileNotFoundError, pd.errors.EmptyDataError):
+            return pd.DataFrame()
+
+    return SearchOutput(folder, *(read(f) for f in SEARCH_FILES))
+
+
+def search_space(path: str) -> SearchSpace:
+    return load(SearchSpace, Path(path).expanduser())
