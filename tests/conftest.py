@@ -1,7 +1,8 @@
-"""Shared fixtures: where ../shared/data is, and hypothesis profiles."""
+"""Shared fixtures: where ../shared/data is, the calibration fixture, hypothesis profiles."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA} (clone the project beside ../shared)")
     return SHARED_DATA
+
+
+CALIBRATION_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "calibration" / "cpu-2core"
+
+
+@pytest.fixture
+def calibration_profiles(tmp_path: Path) -> Path:
+    """A profiles folder holding a copy of the measured CPU fixture (``cpu-2core``: its
+    profile, uncalibrated, and its measurements), so tests may fit and write into it."""
+    dest = tmp_path / "profiles" / "cpu-2core"
+    dest.mkdir(parents=True)
+    shutil.copy(CALIBRATION_FIXTURE / "profile.yaml", dest / "profile.yaml")
+    shutil.copytree(CALIBRATION_FIXTURE / "measurements", dest / "measurements")
+    return dest.parent

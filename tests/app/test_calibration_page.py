@@ -3,12 +3,10 @@ fit`, shown with the same numbers `simulator.calibration` computes; bad folders 
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from simulator import calibration
@@ -18,16 +16,6 @@ from simulator.specs.loading import load
 
 OpenPage = Callable[..., AppTest]
 PAGE = "app_pages/calibration.py"
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "calibration" / "cpu-2core"
-
-
-@pytest.fixture
-def profiles(tmp_path: Path) -> Path:
-    dest = tmp_path / "profiles" / "cpu-2core"
-    dest.mkdir(parents=True)
-    shutil.copy(FIXTURE / "profile.yaml", dest / "profile.yaml")
-    shutil.copytree(FIXTURE / "measurements", dest / "measurements")
-    return dest.parent
 
 
 def _metrics(at: AppTest) -> dict[str, str]:
@@ -36,7 +24,8 @@ def _metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
-def test_measured_then_fitted(app: OpenPage, profiles: Path) -> None:
+def test_measured_then_fitted(app: OpenPage, calibration_profiles: Path) -> None:
+    profiles = calibration_profiles
     at = app(PAGE)
     at.text_input(key="calibration_profiles").set_value(str(profiles)).run()
     device = profiles / "cpu-2core"

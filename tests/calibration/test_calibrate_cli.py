@@ -28,15 +28,8 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "calibration" / "cp
 
 
 @pytest.fixture
-def profiles(tmp_path: Path) -> Path:
-    """A profiles folder holding a copy of the fixture's profile and measurements only."""
-    dest = tmp_path / "profiles" / "cpu-2core"
-    dest.mkdir(parents=True)
-    shutil.copy(FIXTURE / "profile.yaml", dest / "profile.yaml")
-    shutil.copytree(FIXTURE / "measurements", dest / "measurements")
-    text = (dest / "profile.yaml").read_text().replace("calibrated: true", "calibrated: false")
-    (dest / "profile.yaml").write_text(text)
-    return dest.parent
+def profiles(calibration_profiles: Path) -> Path:
+    return calibration_profiles
 
 
 def invoke(*args: str) -> tuple[int, str]:
