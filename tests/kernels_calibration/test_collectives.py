@@ -16,8 +16,6 @@ def test_two_gloo_ranks_time_allreduce_and_allgather() -> None:
     for s in stats.values():
         assert s.n_reps == 5
         assert 0 < s.p20_us <= s.median_us <= s.p80_us
-    # 256x the bytes is not faster (a loose check: the machine is shared)
-    assert stats[("allreduce", 1 << 20)].median_us > stats[("allreduce", 4096)].p20_us
 
 
 def test_jobs_cover_every_world_size_op_and_size() -> None:
