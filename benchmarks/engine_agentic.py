@@ -7,6 +7,7 @@ tokens per second of wall time (prompt + output tokens of all requests).
 
 Run:  .venv/bin/python benchmarks/engine_agentic.py [--dcp 8] [--repeats 3]
       [--trace ../shared/data/agentic_cc_traces_weka/cc_traces_weka_710.jsonl.gz]
+      [--split 1P1D [--send-back]]   (prefill/decode disaggregation instead of one replica)
 Target (issue): under 60 s wall on one core of this machine.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 from pathlib import Path
 
@@ -34,7 +36,19 @@ def main() -> None:
     parser.add_argument("--dcp", type=int, default=8)
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--split", help="xPyD, e.g. 1P1D: a disaggregated deployment")
+    parser.add_argument("--send-back", action="store_true", help="with --split: D->P send-back")
     args = parser.parse_args()
+    disaggregation = None
+    if args.split:
+        m = re.fullmatch(r"(\d+)P(\d+)D", args.split, re.IGNORECASE)
+        if m is None:
+            raise SystemExit(f"--split {args.split!r}: expected xPyD, e.g. 1P1D")
+        disaggregation = {
+            "prefill_replicas": int(m[1]),
+            "decode_replicas": int(m[2]),
+            "send_back": args.send_back,
+        }
     if not args.trace.exists():
         raise SystemExit(f"trace not found: {args.trace} (clone beside ../shared or pass --trace)")
     scenario = Scenario.model_validate(
@@ -49,6 +63,7 @@ def main() -> None:
                 "format": "agentic",
                 "concurrency": args.users,
             },
+            "disaggregation": disaggregation,
         }
     )
     walls, result = [], None

@@ -9,6 +9,8 @@ arrivals, completions and batch changes, not with output tokens.
 
 Async scheduling: a step's tokens reach the client one step late (``token_s`` = end of the
 step + its duration); the cost model already takes max(GPU, CPU) per step.
+
+Prefill/decode disaggregation: ``simulator.disaggregation`` (two pools of these replicas).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import numpy as np
 import simpy
 
 from simulator.cache.prefix import HitLike
+from simulator.cache.transfer import Nics
 from simulator.cost.step import StepCostModel, StepShape
+from simulator.disaggregation import DisaggSpec, PrefillDecode
 from simulator.metrics import Recorder, StepRecord
-from simulator.scheduler import ReqState, Scheduler, Status, StepPlan
+from simulator.scheduler import ReqState, Scheduler, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
 
@@ -67,6 +71,7 @@ class Replica:
         self.accept = accept
         self._wakeup: simpy.Event | None = None
         self.last_step_s = 0.0
+        self.nics: Nics | None = None  # disaggregation: this replica's NICs
         self.process = env.process(self._run())
 
     @property
@@ -80,8 +85,18 @@ class Replica:
             state.finish_s = self.env.now
             self.on_finish(state)  # rejected, with its reason
             return
+        self.wake()
+
+    def wake(self) -> None:
+        """Something changed (a request came, blocks were freed): cut an idle wait or a
+        fast-forwarded run at the next step boundary."""
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def release(self, state: ReqState) -> None:
+        """Free the blocks a finished request kept (read by the other side, or unpinned)."""
+        self.sched.release(state.req_id)
+        self.wake()
 
     def _load_seconds(self, hit: HitLike) -> float:
         """Transfer time over the host link + its latency + about one step (vLLM's async
@@ -109,7 +124,7 @@ class Replica:
                 continue
             plan = sched.schedule(env.now, self._load_seconds)
             if plan.num_tokens == 0:
-                if sched.loading or plan.started_loads:
+                if sched.loading or plan.started_loads or sched.held:
                     yield from self._idle()
                     continue
                 raise SchedulerStallError(
@@ -145,6 +160,7 @@ class Replica:
                     prefill_tokens=sum(e[1] for e in plan.entries if not e[3]),
                     kv_blocks_used=self.parts.blocks_used(),
                     breakdown_s=cost.breakdown_s,
+                    kv_blocks_held=sched.held_blocks,
                 )
             )
             for req in finished:
@@ -222,10 +238,7 @@ class Replica:
             req.last_token_s = end + step_s
             s.cache.commit(req.req_id, req.computed, s._new_output_hashes(req, req.computed))
             if req.generated >= req.request.output_tokens:
-                req.status = Status.FINISHED
-                req.finish_s = end + step_s
-                s.running.remove(req)
-                s.cache.free(req.req_id)
+                s.finish(req, end + step_s)
                 finished.append(req)
         return finished
 
@@ -258,6 +271,7 @@ class Engine:
         acceptance_rate: float | None = None,
         duration_s: float | None = None,
         progress: Callable[[float, int], None] | None = None,
+        disaggregation: DisaggSpec | None = None,
     ) -> None:
         self.env = simpy.Environment()
         self.replay = replay
@@ -265,16 +279,29 @@ class Engine:
         self.rng = np.random.default_rng(seed)
         self.acceptance_rate = acceptance_rate
         accept = self._accept if acceptance_rate is not None else None
-        self.replicas = [
-            Replica(self.env, i, p, self.recorder, self._finished, accept)
-            for i, p in enumerate(parts)
-        ]
-        self.router = Router(self.replicas, router)
         self.duration_s = duration_s
         self.progress = progress
         self.block_tokens = parts[0].block_tokens
         self.done = 0
         self.last_turn: dict[int, ReqState] = {}
+        self.pools: PrefillDecode | None = None
+        if disaggregation is None:
+            self.replicas = [
+                Replica(self.env, i, p, self.recorder, self.finished, accept)
+                for i, p in enumerate(parts)
+            ]
+        else:
+            n = disaggregation.prefill_replicas
+            if not 0 < n < len(parts):
+                raise ValueError("disaggregation needs a prefill and a decode replica at least")
+            pools = self.pools = PrefillDecode(self, disaggregation)
+            self.replicas = [
+                Replica(self.env, i, p, self.recorder, pools.on_finish(i), accept)
+                for i, p in enumerate(parts)
+            ]
+            prefill, decode = self.replicas[:n], self.replicas[n:]
+            pools.attach(self.replicas, Router(prefill, router), Router(decode, router))
+        self.router = Router(self.replicas, router)
 
     def _accept(self, drafts: int) -> int:
         """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run."""
@@ -288,7 +315,10 @@ class Engine:
             yield self.env.timeout(at - self.env.now)
         state = ReqState(request, request.engine_blocks(self.block_tokens), arrival_s=self.env.now)
         self._link_previous_turn(state)
-        self.router.pick(request).submit(state)
+        if self.pools is None:
+            self.router.pick(request).submit(state)
+        else:
+            self.pools.arrive(state)
 
     def _link_previous_turn(self, state: ReqState) -> None:
         """Give the previous turn's output blocks the chain ids this turn shows they have.
@@ -325,7 +355,8 @@ class Engine:
                 yield self.env.timeout(at - self.env.now)
             yield from self._deliver(due)
 
-    def _finished(self, state: ReqState) -> None:
+    def finished(self, state: ReqState) -> None:
+        """A client request finished or was rejected: record it and let the replay go on."""
         self.recorder.on_done(state)
         self.done += 1
         if self.progress is not None:

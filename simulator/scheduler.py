@@ -16,6 +16,10 @@ generated + drafts); every step hands out tokens so that ``computed`` catches up
   (``_mamba_block_aligned_split``), so recurrent states exist at block boundaries.
 - A prompt hit in the CPU tier is loaded asynchronously: the request waits
   (``WAITING_FOR_REMOTE_KVS``) and takes no compute until the load has landed.
+- Disaggregation: a request with ``remote_tokens`` reads its KV from another replica
+  (``RemoteKv`` decides how much and times it); it waits the same way. A finished request with
+  ``keep_blocks`` keeps its blocks (``held``) until the engine releases them: a prefill-side
+  request until the decode side has read them, a decode-side one while send-back pins them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from simulator.cache.prefix import HitLike as PrefixHitLike
+from simulator.cache.prefix import PrefixHit
 from simulator.workload.request import Request, scope_key
 
 
@@ -51,12 +56,14 @@ class CacheLike(Protocol):
         block_hashes: tuple[int, ...],
         hit: PrefixHitLike,
         lookahead_tokens: int,
+        remote_tokens: int = 0,
     ) -> bool: ...
     def grow(self, req_id: int, total_tokens: int) -> bool: ...
     def commit(
         self, req_id: int, computed_tokens: int, new_block_hashes: Sequence[int] = ()
     ) -> None: ...
     def free(self, req_id: int) -> None: ...
+    def num_blocks_of(self, req_id: int) -> int: ...
     def next_checkpoint(self, req_id: int) -> int | None: ...
     def rename(self, old_hash: int, new_hash: int) -> None: ...
 
@@ -87,6 +94,15 @@ class ReqState:
     # session's next turn shows which chain ids they carry (Engine renames them then)
     output_hashes: list[int] = field(default_factory=list)
     replica: int = 0
+    # disaggregation (all unused in aggregated runs)
+    remote_tokens: int = 0  # computed tokens once a remote read lands; cleared at admission
+    keep_blocks: bool = False  # finished: the scheduler holds its blocks until released
+    client: ReqState | None = None  # a prefill-side request: the client request it serves
+    remote_hit_tokens: int = 0  # prompt tokens pulled back from the decode side (send-back)
+    send_back: str = ""  # "pull", "recompute", "expired", "none" (no pinned sequence fits)
+    prefill_preemptions: int = 0
+    prefill_done_s: float | None = None  # the prefill side's result reached the proxy
+    kv_ready_s: float | None = None  # the decode side's read of the prefill KV landed
 
     @property
     def all_hashes(self) -> tuple[int, ...]:
@@ -148,6 +164,9 @@ class Scheduler:
         self.loading: list[ReqState] = []  # CPU -> GPU loads in flight (they hold blocks)
         self.holding: deque[ReqState] = deque()  # loads landed, not yet scheduled
         self.running: list[ReqState] = []
+        self.remote: RemoteKv | None = None  # disaggregation: reads from other replicas
+        self.held: dict[int, int] = {}  # finished requests keeping their blocks -> blocks
+        self.held_blocks = 0
 
     # ---------------------------------------------------------------- queue
 
@@ -178,6 +197,24 @@ class Scheduler:
 
     def next_load_s(self) -> float | None:
         return min((s.ready_s for s in self.loading), default=None)
+
+    def release(self, req_id: int) -> None:
+        """Free the blocks a finished ``keep_blocks`` request kept."""
+        self.held_blocks -= self.held.pop(req_id)
+        self.cache.free(req_id)
+
+    def finish(self, req: ReqState, token_s: float) -> None:
+        """A request emitted its last token (reaching the client at ``token_s``): it leaves
+        the running list and frees its blocks, or keeps them (``keep_blocks``: ``held``)."""
+        req.status = Status.FINISHED
+        req.finish_s = token_s
+        self.running.remove(req)
+        if req.keep_blocks:
+            n = self.cache.num_blocks_of(req.req_id)
+            self.held[req.req_id] = n
+            self.held_blocks += n
+        else:
+            self.cache.free(req.req_id)
 
     # ---------------------------------------------------------------- one step
 
@@ -220,16 +257,32 @@ class Scheduler:
                 budget -= num_new
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 req = self.waiting[0]
-                hit = self.cache.lookup(req.req_id, req.num_tokens, req.all_hashes)
+                hit: PrefixHitLike = self.cache.lookup(req.req_id, req.num_tokens, req.all_hashes)
+                remote = 0
+                if req.remote_tokens and self.remote is not None:
+                    remote = self.remote.tokens(req, hit)
+                    if remote:  # read from the other replica past the local GPU hit
+                        hit = PrefixHit(gpu_tokens=hit.gpu_tokens)
                 if not req.accounted:  # where the prompt came from, at first admission
                     req.gpu_hit_tokens = hit.gpu_tokens
                     req.cpu_hit_tokens = hit.cpu_tokens
                     req.recomputed_tokens = hit.recompute_tokens
-                if not self.cache.admit(req.req_id, req.num_tokens, req.all_hashes, hit, self.k):
+                if not self.cache.admit(
+                    req.req_id, req.num_tokens, req.all_hashes, hit, self.k, remote
+                ):
                     break  # full_sequence_must_fit failed: head-of-line, stop the scan
                 self.waiting.popleft()
                 req.accounted = True
-                req.computed = hit.gpu_tokens + hit.cpu_tokens
+                req.computed = max(hit.gpu_tokens + hit.cpu_tokens, remote)
+                if req.remote_tokens and self.remote is not None:
+                    req.remote_tokens = 0  # one read per request (a preempted one recomputes)
+                    ready_s = self.remote.admitted(req, hit, remote, now_s)
+                    if ready_s is not None:
+                        req.status = Status.LOADING
+                        req.ready_s = ready_s
+                        self.loading.append(req)
+                        started.append(req)
+                        continue
                 if hit.cpu_tokens > 0 and load_seconds is not None:
                     # asynchronous CPU -> GPU load: the request holds its blocks and waits
                     req.status = Status.LOADING
@@ -263,10 +316,7 @@ class Scheduler:
             computed = min(req.computed, req.num_tokens)
             self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
             if req.generated >= req.request.output_tokens:
-                req.status = Status.FINISHED
-                req.finish_s = token_s
-                self.running.remove(req)
-                self.cache.free(req.req_id)
+                self.finish(req, token_s)
                 finished.append(req)
         return finished
 
@@ -331,6 +381,21 @@ class Scheduler:
 def output_block_id(req_id: int, index: int) -> int:
     """A provisional 64-bit id for a block filled by a request's output (not a chain id)."""
     return scope_key("output", req_id, index)
+
+
+class RemoteKv(Protocol):
+    """How a replica reads KV from another one (the engine implements it)."""
+
+    def tokens(self, req: ReqState, hit: PrefixHitLike) -> int:
+        """Pure: the tokens ``req`` counts computed once the read lands (0: compute locally)."""
+        ...
+
+    def admitted(
+        self, req: ReqState, hit: PrefixHitLike, tokens: int, now_s: float
+    ) -> float | None:
+        """``req`` was admitted with ``tokens`` from ``tokens()``: start the read and return
+        when it lands, or None when nothing is read (the source is told at once)."""
+        ...
 
 
 class LoadTimer(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
+from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
 from simulator.memory import MemoryReport, batch_limits, kv_layout, plan_memory
-from simulator.metrics import Recorder, Summary, summarize
+from simulator.metrics import Pools, Recorder, Summary, summarize
 from simulator.scheduler import Scheduler
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
@@ -30,12 +32,14 @@ class SimResult:
     scenario: Scenario
     summary: Summary
     recorder: Recorder
-    memory: MemoryReport
+    memory: MemoryReport  # a decode replica's when disaggregated
     wall_s: float
+    prefill_memory: MemoryReport | None = None  # disaggregated: a prefill replica's
 
     def request_table(self) -> pd.DataFrame:
         import pandas as pd
 
+        disagg = self.scenario.disaggregation is not None
         rows = [
             {
                 "request_id": r.req_id,
@@ -51,28 +55,61 @@ class SimResult:
                 "output_tokens": r.generated,
                 "gpu_hit_tokens": r.gpu_hit_tokens,
                 "cpu_hit_tokens": r.cpu_hit_tokens,
-                "computed_prompt_tokens": r.prompt_tokens - r.gpu_hit_tokens - r.cpu_hit_tokens,
+                "computed_prompt_tokens": r.prompt_tokens
+                - r.gpu_hit_tokens
+                - r.cpu_hit_tokens
+                - r.remote_hit_tokens,
                 "recomputed_tokens": r.recomputed_tokens,
                 "preemptions": r.preemptions,
                 "reject_reason": r.reject_reason,
+                **(
+                    {
+                        "remote_hit_tokens": r.remote_hit_tokens,
+                        "send_back": r.send_back,
+                        "prefill_preemptions": r.prefill_preemptions,
+                        "prefill_done_s": r.prefill_done_s,
+                        "kv_ready_s": r.kv_ready_s,
+                    }
+                    if disagg
+                    else {}
+                ),
             }
             for r in self.recorder.requests
         ]
         return pd.DataFrame(rows)
 
+    def transfer_table(self) -> pd.DataFrame:
+        """KV reads between replicas (disaggregated runs; empty otherwise)."""
+        import pandas as pd
+
+        return pd.DataFrame([dataclasses.asdict(t) for t in self.recorder.transfers])
+
+    def pin_table(self) -> pd.DataFrame:
+        """Send-back pins and how they ended (disaggregated runs; empty otherwise)."""
+        import pandas as pd
+
+        return pd.DataFrame([dataclasses.asdict(p) for p in self.recorder.pins])
+
     def step_table(self) -> pd.DataFrame:
         import pandas as pd
 
+        d = self.scenario.disaggregation
         return pd.DataFrame(
             [
                 {
                     "replica": s.replica,
+                    **(
+                        {"pool": "prefill" if s.replica < d.prefill_replicas else "decode"}
+                        if d is not None
+                        else {}
+                    ),
                     "start_s": s.start_s,
                     "step_s": s.step_s,
                     "steps": s.steps,
                     "decodes": s.decodes,
                     "prefill_tokens": s.prefill_tokens,
                     "kv_blocks_used": s.kv_blocks_used,
+                    **({"kv_blocks_held": s.kv_blocks_held} if d is not None else {}),
                     **{f"{k}_s": v * s.steps for k, v in s.breakdown_s.items()},
                 }
                 for s in self.recorder.steps
@@ -99,11 +136,10 @@ def acceptance_rate(serving: ServingConfig) -> float | None:
 
 
 def _replica_parts(
-    card: ModelCard, scenario: Scenario, memory: MemoryReport, cost: StepCostModel
+    card: ModelCard, serving: ServingConfig, memory: MemoryReport, cost: StepCostModel
 ) -> ReplicaParts:
     from simulator.cache import CacheConfig, KVCacheManager
 
-    serving = scenario.serving
     device = cost.device
     layout = kv_layout(card, serving)
     per_gpu = layout.bytes_per_block
@@ -161,10 +197,26 @@ def simulate(
     if memory.num_blocks <= memory.blocks_per_seq:
         raise SpecError(source, "serving", f"{card.name} on {device.name}: {memory.fits_reason}")
     latency = LatencyModels.for_device(device)
-    parts = []
-    for _ in range(serving.dp):
+
+    def replica(serving: ServingConfig, memory: MemoryReport) -> ReplicaParts:
         cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
-        parts.append(_replica_parts(card, scenario, memory, cost))
+        return _replica_parts(card, serving, memory, cost)
+
+    d = scenario.disaggregation
+    prefill_memory = pools = spec = None
+    if d is None:
+        parts = [replica(serving, memory) for _ in range(serving.dp)]
+    else:
+        # the prefill pool runs the same deployment with its own prefix-caching setting
+        # (hybrids hold one state page per recurrent group without it)
+        p_serving = serving.model_copy(update={"enable_prefix_caching": d.prefill_prefix_caching})
+        prefill_memory = plan_memory(card, device, p_serving, context_tokens=1, devices=devices)
+        parts = [replica(p_serving, prefill_memory) for _ in range(d.prefill_replicas)]
+        # the decode pool reads its prompts from the prefill pool, not from a host tier
+        d_serving = serving.model_copy(update={"cpu_offload_bytes": 0.0})
+        parts += [replica(d_serving, memory) for _ in range(d.decode_replicas)]
+        spec = disaggregation_spec(card, scenario)
+        pools = Pools(d.prefill_replicas, d.decode_replicas, serving.tp, memory.num_blocks)
     replay = build_replay(scenario.workload, scenario.seed, base_dir)
     engine = Engine(
         replay,
@@ -174,7 +226,30 @@ def simulate(
         acceptance_rate=acceptance_rate(serving),
         duration_s=scenario.duration_s,
         progress=progress,
+        disaggregation=spec,
     )
     recorder = engine.run()
-    summary = summarize(recorder, serving.num_gpus, scenario.warmup_s, scenario.duration_s)
-    return SimResult(scenario, summary, recorder, memory, time.perf_counter() - start)
+    summary = summarize(recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools)
+    wall_s = time.perf_counter() - start
+    return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory)
+
+
+def disaggregation_spec(card: ModelCard, scenario: Scenario) -> DisaggSpec:
+    """What the engine needs of a scenario's ``disaggregation`` block and serving knobs."""
+    from simulator.cache import TransferSizer
+
+    d = scenario.disaggregation
+    assert d is not None
+    serving = scenario.serving
+    return DisaggSpec(
+        prefill_replicas=d.prefill_replicas,
+        sizer=TransferSizer.from_layout(kv_layout(card, serving), serving.dcp),
+        link_bw_bytes_per_s=d.link_bw_bytes_per_s,
+        link_latency_s=d.link_latency_s,
+        # vLLM's _prefill_backoff: P stops one token short on Mamba/KDA hybrids so that D
+        # derives the last state itself (multi-module MTP backoff is not modelled)
+        backoff_tokens=1 if card.is_hybrid else 0,
+        send_back=d.send_back,
+        ttl_s=serving.decoder_kv_blocks_ttl_s,
+        recompute_threshold_tokens=serving.kv_recompute_threshold_tokens,
+    )

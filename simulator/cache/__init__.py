@@ -12,6 +12,7 @@ from simulator.cache.config import CacheConfig, CacheUsage, Retention
 from simulator.cache.manager import KVCacheManager
 from simulator.cache.offload import CpuTier
 from simulator.cache.prefix import NO_HIT, HitLike, PrefixHit, find_prefix_hit
+from simulator.cache.transfer import Nics, TransferSizer, reserve, send_back_tokens
 
 __all__ = [
     "NO_HIT",
@@ -21,7 +22,11 @@ __all__ = [
     "CpuTier",
     "HitLike",
     "KVCacheManager",
+    "Nics",
     "PrefixHit",
     "Retention",
+    "TransferSizer",
     "find_prefix_hit",
+    "reserve",
+    "send_back_tokens",
 ]

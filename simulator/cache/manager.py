@@ -116,6 +116,18 @@ class KVCacheManager:
     def computed_tokens(self, req_id: Hashable) -> int:
         return self._reqs[req_id].computed
 
+    def num_blocks_of(self, req_id: Hashable) -> int:
+        """Pool blocks the request holds in all groups (a block shared with another request
+        counts here too)."""
+        r = self._reqs[req_id]
+        return (
+            sum(len(b) for b in r.attn)
+            + sum(len(b) for b in r.swa)
+            + len(r.prev)
+            + len(r.running)
+            + len(r.drafts)
+        )
+
     def load_bytes(self, hit: PrefixHit) -> float:
         """Bytes the CPU part of ``hit`` moves over the host link (0 without a CPU tier)."""
         return self.cpu.load_bytes(hit.cpu_load_blocks) if self.cpu is not None else 0.0
@@ -155,14 +167,18 @@ class KVCacheManager:
         block_hashes: Sequence[int],
         hit: HitLike,
         lookahead_tokens: int = 0,
+        remote_tokens: int = 0,
     ) -> bool:
         """Admit a waiting request (``allocate_slots`` with the whole prompt required to fit).
 
         Takes refs on the GPU hit blocks (``touch``), allocates blocks for the rest of the prompt
         plus ``lookahead_tokens`` (draft slots) in every group and the recurrent state pages.
         CPU-hit blocks are allocated and cached at once (the engine delays the request by the
-        load time). ``hit`` must come from ``lookup`` on the current state. Returns False and
-        changes nothing if the blocks do not fit.
+        load time). ``remote_tokens`` > the hit: the tokens up to there are read from another
+        replica (disaggregation: WAITING_FOR_REMOTE_KVS); the request counts them computed, and
+        their full blocks are cached at once, as vLLM caches them when the read lands
+        (``_update_waiting_for_remote_kv``). ``hit`` must come from ``lookup`` on the current
+        state. Returns False and changes nothing if the blocks do not fit.
         """
         if req_id in self._reqs:
             raise ValueError(f"request {req_id!r} is already admitted")
@@ -200,14 +216,18 @@ class KVCacheManager:
             return False
         pool.touch(held)
         pool.touch(ckpt)
-        r = _Request(prompt_tokens, hashes, hit.gpu_tokens + hit.cpu_tokens)
+        r = _Request(prompt_tokens, hashes, max(hit.gpu_tokens + hit.cpu_tokens, remote_tokens))
+        # blocks loaded from the CPU tier or read from a remote replica are cached at once
+        loaded = g_hit + c_hit
+        if remote_tokens and c.prefix_caching:
+            loaded = max(loaded, min(remote_tokens // blk, len(hashes), n_attn))
         for g in range(f):
             new = pool.allocate(n_attn - g_hit, ATTN_KIND)
             assert new is not None
             r.attn.append(held[g * g_hit : (g + 1) * g_hit] + new)
-            for i in range(g_hit, g_hit + c_hit):  # loaded from the CPU tier
+            for i in range(g_hit, loaded):
                 pool.cache(r.attn[g][i], hashes[i], g)
-        r.num_cached = g_hit + c_hit
+        r.num_cached = loaded
         for _ in range(c.swa_groups):
             new = pool.allocate(swa, SWA_KIND)
             assert new is not None

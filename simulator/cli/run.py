@@ -25,7 +25,12 @@ def run(
         Path, typer.Argument(help="Scenario YAML (model, device, serving, workload).")
     ],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write requests.csv, steps.csv, summary.json here.")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write requests.csv, steps.csv, summary.json (and, disaggregated,"
+            " transfers.csv, pins.csv) here.",
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -54,7 +59,10 @@ def run(
         "scenario": scenario.name,
         "model": scenario.model,
         "device": scenario.device,
-        "gpus": scenario.serving.num_gpus,
+        "gpus": scenario.num_gpus,
+        "disaggregation": (
+            scenario.disaggregation.label if scenario.disaggregation is not None else None
+        ),
         **summary.model_dump(mode="json"),
         "tokens_per_usd": price,
         "slo_met": _slo_met(scenario, summary),
@@ -65,7 +73,12 @@ def run(
         result.request_table().to_csv(out / "requests.csv", index=False)
         result.step_table().to_csv(out / "steps.csv", index=False)
         (out / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
-        typer.echo(f"wrote {out}/requests.csv, steps.csv, summary.json", err=True)
+        names = "requests.csv, steps.csv, summary.json"
+        if scenario.disaggregation is not None:
+            result.transfer_table().to_csv(out / "transfers.csv", index=False)
+            result.pin_table().to_csv(out / "pins.csv", index=False)
+            names += ", transfers.csv, pins.csv"
+        typer.echo(f"wrote {out}/{names}", err=True)
     if as_json:
         print_json(data)
         return
@@ -95,8 +108,61 @@ def run(
         ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[_slo_met(scenario, s)]),
         ("wall time", f"{result.wall_s:,.1f} s"),
     ]  # fmt: skip
-    title = f"{scenario.name}: {scenario.model} on {scenario.serving.num_gpus}x {scenario.device}"
+    d = scenario.disaggregation
+    if d is not None:
+        rows[4] = (
+            "prefix-cache hit rate (prefill GPU + CPU + pulled from decode)",
+            f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%}"
+            f" + {s.remote_hit_rate:.1%})",
+        )
+        rows[-3:-3] = _pool_rows(scenario, s)
+    title = f"{scenario.name}: {scenario.model} on {scenario.num_gpus}x {scenario.device}"
+    if d is not None:
+        title += f" ({d.label}, TP{scenario.serving.tp} replicas)"
     print_pairs(title, rows)
+
+
+def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
+    """The disaggregated run's per-pool figures."""
+    d = scenario.disaggregation
+    assert d is not None
+
+    def fmt(x: float | None, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    serving = scenario.serving
+    mean = s.kv_transfer_bytes_per_gpu_mean
+    gb = None if mean is None else mean / 1e9
+    rows = [
+        ("prefill pool: input tokens/s per prefill GPU",
+         f"{fmt(s.prefill_input_tok_per_s_per_gpu, ',.1f')} ({s.prefill_gpus} GPUs)"),
+        ("decode pool: output tokens/s per decode GPU",
+         f"{fmt(s.decode_output_tok_per_s_per_gpu, ',.1f')} ({s.decode_gpus} GPUs)"),
+        ("decode KV use mean / peak (pinned by send-back)",
+         f"{share(s.decode_kv_usage_mean)} / {share(s.decode_kv_usage_peak)}"
+         f" ({share(s.decode_kv_pinned_share_mean)} / {share(s.decode_kv_pinned_share_peak)})"),
+        ("prefill KV use mean", share(s.prefill_kv_usage_mean)),
+        ("P -> D KV read P50 / P90 (s), mean GB per GPU",
+         f"{fmt(s.kv_transfer_s_p50, ',.3f')} / {fmt(s.kv_transfer_s_p90, ',.3f')},"
+         f" {fmt(gb, ',.2f')}"),
+        ("preemptions on decode", f"{s.decode_preemptions or 0:,}"),
+        ("link per GPU (each direction)",
+         f"{d.link_bw_bytes_per_s / 1e9:g} GB/s, {d.link_latency_s * 1e6:g} us"),
+    ]  # fmt: skip
+    if d.send_back:
+        rows += [
+            ("send-back: pulls / recomputes / pins expired",
+             f"{s.send_back_pulls:,} / {s.send_back_recomputes:,} / {s.send_back_expired:,}"),
+            ("send-back: prompt tokens pulled back", f"{s.remote_hit_rate:.1%}"),
+            ("send-back: pull P50 (s)", fmt(s.send_back_pull_s_p50, ",.3f")),
+            ("send-back: TTL, recompute threshold",
+             f"{serving.decoder_kv_blocks_ttl_s:g} s, {serving.kv_recompute_threshold_tokens}"
+             " tokens"),
+        ]  # fmt: skip
+    return rows
 
 
 def _tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:
@@ -141,7 +207,7 @@ def search(
     from simulator.planner.analysis import best_per_device, pruned_table, runs_table, sensitivity
     from simulator.planner.executor import run_all
     from simulator.planner.report import markdown, write_report
-    from simulator.planner.space import SearchSpace, expand
+    from simulator.planner.space import SearchSpace, disaggregation_text, expand
 
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
@@ -183,5 +249,6 @@ def search(
         return
     sys.stdout.write(markdown(space, best, runs, len(pruned)))
     for p in pruned:
-        typer.echo(f"pruned {p.device} {p.knobs}: {p.reason}", err=True)
+        knobs = {**p.knobs, "disaggregation": disaggregation_text(p.knobs.get("disaggregation"))}
+        typer.echo(f"pruned {p.device} {knobs}: {p.reason}", err=True)
     typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)

@@ -4,6 +4,10 @@ tokens per dollar, fleet size for a demand, memory headroom and knob sensitivity
 Operating point of a configuration (DESIGN section 2): the highest throughput per GPU among
 its concurrency levels whose P90 interactivity (and P90 TTFT, when the SLO has one) meets the
 SLO. Tokens per dollar = throughput per GPU x 3600 / USD per GPU-hour of the cost model.
+
+Aggregated and disaggregated (xPyD) configurations of a device compete on the same terms
+(throughput per GPU over all GPUs of the deployment); ``mode_comparison`` puts the best of
+each side by side and names the best split, ``frontier`` draws each side's envelope.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
-from simulator.planner.space import KNOBS, Candidate, Pruned, SearchSpace
+from simulator.planner.space import KNOBS, Candidate, Pruned, SearchSpace, disaggregation_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,15 +46,23 @@ def runs_table(
             if slo.ttft_s_p90 is not None:
                 ok = ok and r["ttft_s_p90"] is not None and r["ttft_s_p90"] <= slo.ttft_s_p90
             spec = cand.knobs["speculative"]
+            disagg = cand.knobs.get("disaggregation")
             rows.append(
                 {
                     "config_id": cand.config_id,
                     "device": cand.device,
                     "calibrated": device.calibrated,
-                    **{k: cand.knobs[k] for k in KNOBS if k != "speculative"},
+                    **{
+                        k: cand.knobs[k]
+                        for k in KNOBS
+                        if k not in ("speculative", "disaggregation")
+                    },
                     "speculative": (
                         f"{spec['method']} K={spec['num_speculative_tokens']}" if spec else ""
                     ),
+                    "disaggregation": disaggregation_text(disagg),
+                    "mode": "disaggregated" if disagg else "aggregated",
+                    "gpus_per_deployment": sc.num_gpus,
                     "concurrency": sc.workload.concurrency,
                     "throughput_tok_per_s_per_gpu": tput,
                     "output_tok_per_s_per_gpu": r["output_tok_per_s_per_gpu"],
@@ -64,6 +76,7 @@ def runs_table(
                     "kv_cache_gib_per_gpu": r["kv_cache_gib_per_gpu"],
                     "kv_headroom": 1.0 - r["peak_blocks_used"] / max(r["num_blocks"], 1),
                     "preemptions": r["preemptions"],
+                    **{k: r.get(k) for k in POOL_COLUMNS},
                     "requests_finished": r["requests_finished"],
                     "requests_per_s": r["requests_finished"] / r["window_s"],
                     "usd_per_gpu_hour": price,
@@ -74,6 +87,19 @@ def runs_table(
                 }
             )
     return pd.DataFrame(rows)
+
+
+# per-pool figures of disaggregated runs (empty for aggregated ones)
+POOL_COLUMNS = (
+    "prefill_input_tok_per_s_per_gpu",
+    "decode_output_tok_per_s_per_gpu",
+    "remote_hit_rate",
+    "decode_kv_usage_mean",
+    "decode_kv_pinned_share_mean",
+    "kv_transfer_s_p90",
+    "send_back_pulls",
+    "send_back_recomputes",
+)
 
 
 def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
@@ -102,8 +128,9 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     elif space.demand_requests_per_s:
         replicas = [math.ceil(space.demand_requests_per_s / r) for r in best.requests_per_s]
     if replicas:
-        # a deployment is dp replicas of tp GPUs serving `concurrency` users together
-        gpus = [n * tp * dp for n, tp, dp in zip(replicas, best.tp, best.dp, strict=True)]
+        # a deployment (dp replicas of tp GPUs, or its prefill and decode replicas) serves
+        # `concurrency` users together
+        gpus = [n * int(g) for n, g in zip(replicas, best.gpus_per_deployment, strict=True)]
         best["replicas"] = replicas
         best["gpus"] = gpus
         best["nodes"] = [math.ceil(g / NODE_GPUS) for g in gpus]
@@ -122,7 +149,9 @@ def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> p
     for _, b in best.iterrows():
         for knob in KNOBS:
             values = getattr(space.sweep, knob)
-            if len(values) < 2 or knob == "speculative":
+            # speculative decoding and the xPyD split are compared elsewhere (mode_comparison):
+            # a split changes the deployment's GPUs, so one step at equal users is not like
+            if len(values) < 2 or knob in ("speculative", "disaggregation"):
                 continue
             current = next((i for i, v in enumerate(values) if _equal_scalar(v, b[knob])), None)
             if current is None:
@@ -166,6 +195,68 @@ def _equal(column: pd.Series, value: object) -> pd.Series:
 def pruned_table(pruned: list[Pruned]) -> pd.DataFrame:
     import pandas as pd
 
+    def value(knobs: dict[str, Any], k: str) -> Any:
+        return disaggregation_text(knobs.get(k)) if k == "disaggregation" else knobs[k]
+
     return pd.DataFrame(
-        [{"device": p.device, **{k: p.knobs[k] for k in KNOBS}, "reason": p.reason} for p in pruned]
+        [
+            {"device": p.device, **{k: value(p.knobs, k) for k in KNOBS}, "reason": p.reason}
+            for p in pruned
+        ]
     )
+
+
+def frontier(runs: pd.DataFrame) -> pd.DataFrame:
+    """The throughput-per-GPU vs P90-interactivity envelope of ``runs`` (Pareto: no other run
+    is at least as interactive with more throughput), ordered by interactivity."""
+    pts = runs.dropna(subset=["interactivity_p90"]).sort_values(
+        ["interactivity_p90", "throughput_tok_per_s_per_gpu"], ascending=[False, False]
+    )
+    keep, best = [], -math.inf
+    for idx, tput in zip(pts.index, pts.throughput_tok_per_s_per_gpu, strict=True):
+        if tput > best:
+            keep.append(idx)
+            best = tput
+    return pts.loc[keep].sort_values("interactivity_p90")
+
+
+def mode_comparison(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per device: the best SLO-meeting aggregated and disaggregated configurations (by tokens
+    per dollar, else throughput per GPU), the best split, and which wins by how much. Empty
+    when the search has no disaggregated configuration."""
+    import pandas as pd
+
+    if runs.empty or "mode" not in runs or not (runs["mode"] == "disaggregated").any():
+        return pd.DataFrame()
+    points = operating_points(runs)
+    if points.empty:
+        points = runs.iloc[0:0]
+    key = (
+        "tokens_per_usd" if points.tokens_per_usd.notna().any() else "throughput_tok_per_s_per_gpu"
+    )
+    rows = []
+    for device in dict.fromkeys(runs.device):
+        row: dict[str, Any] = {"device": device, "key": key}
+        for mode in ("aggregated", "disaggregated"):
+            mine = points[(points.device == device) & (points["mode"] == mode)]
+            if mine.empty:
+                row[f"{mode}_config"] = row[f"{mode}_value"] = None
+                continue
+            b = mine.sort_values(key, ascending=False).iloc[0]
+            row[f"{mode}_config"] = b.config_id
+            row[f"{mode}_value"] = b[key]
+            row[f"{mode}_tok_per_s_per_gpu"] = b.throughput_tok_per_s_per_gpu
+            row[f"{mode}_users"] = b.concurrency
+            row[f"{mode}_ttft_p90_s"] = b.ttft_p90_s
+            if mode == "disaggregated":
+                row["best_split"] = b.disaggregation
+        agg, dis = row["aggregated_value"], row["disaggregated_value"]
+        if agg is None and dis is None:
+            row["winner"] = "neither meets the SLO"
+        elif agg is None or (dis is not None and dis > agg):
+            row["winner"] = "disaggregated"
+        else:
+            row["winner"] = "aggregated"
+        row["disaggregated_vs_aggregated"] = dis / agg - 1 if agg and dis is not None else None
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,5 +1,10 @@
 """The capacity report: one self-contained HTML file (plotly inlined: opens offline), a
-Markdown summary and CSVs of every run, pruned configuration and sensitivity row."""
+Markdown summary and CSVs of every run, pruned configuration and sensitivity row.
+
+When the search includes prefill/decode splits, the report adds per device the aggregated
+and the disaggregated frontier (dashed: xPyD configurations; the envelopes of both sides drawn
+thick) and a table of the best of each side with the best split (``modes.csv``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
+from simulator.planner.analysis import frontier, mode_comparison
 from simulator.planner.space import SearchSpace
+from simulator.specs.scenario import DEFAULT_LINK_BW_BYTES_PER_S, DEFAULT_LINK_LATENCY_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,6 +60,43 @@ BEST_COLUMNS = [
 ]  # fmt: skip
 
 
+# a disaggregated deployment's link, as the report states it
+LINK_ASSUMPTION = (
+    f"KV moves between prefill and decode replicas over one NIC per GPU, by default"
+    f" {DEFAULT_LINK_BW_BYTES_PER_S / 1e9:g} GB/s per direction (assumption: one 400 Gb/s NIC"
+    f" per GPU; no hardware profile has a scale-out field) and {DEFAULT_LINK_LATENCY_S * 1e6:g}"
+    " us per transfer (assumption); each TP rank moves its own shard, one transfer at a time"
+    " per NIC direction"
+)
+
+
+def mode_lines(modes: pd.DataFrame) -> list[str]:
+    """Markdown: aggregated vs disaggregated per device, and the best split."""
+    if modes.empty:
+        return []
+    key = str(modes.key.iloc[0])
+    unit = "tokens per USD" if key == "tokens_per_usd" else "tok/s/GPU"
+    lines = [
+        "",
+        "## Aggregated or disaggregated (best SLO-meeting configuration of each)",
+        "",
+        f"| device | aggregated | {unit} | disaggregated | {unit} | best split | winner |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, m in modes.iterrows():
+        change = m.disaggregated_vs_aggregated
+        winner = str(m.winner)
+        if change is not None and change == change:
+            winner += f" ({change:+.0%} for disaggregated)"
+        lines.append(
+            f"| {m.device} | {_fmt(m.aggregated_config)} | {_fmt(m.aggregated_value)}"
+            f" | {_fmt(m.disaggregated_config)} | {_fmt(m.disaggregated_value)}"
+            f" | {_fmt(m.get('best_split'))} | {winner} |"
+        )
+    lines += ["", LINK_ASSUMPTION + "."]
+    return lines
+
+
 def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_pruned: int) -> str:
     slo = space.slo
     lines = [
@@ -87,6 +131,7 @@ def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_prune
     missing = sorted(set(space.devices) - set(best.device if not best.empty else []))
     if missing:
         lines += ["", f"No configuration of {', '.join(missing)} meets the SLO (or fits)."]
+    lines += mode_lines(mode_comparison(runs))
     return "\n".join(lines) + "\n"
 
 
@@ -107,31 +152,47 @@ def html_report(
     devices = [d for d in space.devices if d in set(runs.device)]
     cols = min(2, max(len(devices), 1))
     rows = max(1, math.ceil(len(devices) / cols))
-    frontier = make_subplots(
+    figure = make_subplots(
         rows=rows, cols=cols, subplot_titles=devices, shared_yaxes=True,
         horizontal_spacing=0.06, vertical_spacing=0.12,
     )  # fmt: skip
     for i, device in enumerate(devices):
         row, col = i // cols + 1, i % cols + 1
         mine = runs[runs.device == device]
-        # one curve per configuration, its points in concurrency order (as InferenceX plots)
+        # one curve per configuration, its points in concurrency order (as InferenceX plots);
+        # disaggregated (xPyD) configurations dashed
         for cid, g in mine.sort_values("concurrency").groupby("config_id", sort=False):
-            frontier.add_trace(
+            split = "mode" in g and g["mode"].iloc[0] == "disaggregated"
+            figure.add_trace(
                 go.Scatter(
                     x=g.interactivity_p90, y=g.throughput_tok_per_s_per_gpu,
                     mode="lines+markers", name=str(cid),
+                    line={"dash": "dash" if split else "solid"},
                     text=[f"{c} users" for c in g.concurrency],
                     hovertemplate="%{text}: %{x:.1f} tok/s/user, %{y:,.0f} tok/s/GPU",
                 ),
                 row=row, col=col,
             )  # fmt: skip
+        if "mode" in mine and mine["mode"].nunique() > 1:
+            # the envelope of each side: the aggregated vs the disaggregated frontier
+            for mode, g in mine.groupby("mode"):
+                env = frontier(g)
+                figure.add_trace(
+                    go.Scatter(
+                        x=env.interactivity_p90, y=env.throughput_tok_per_s_per_gpu,
+                        mode="lines", name=f"{device} {mode} frontier",
+                        line={"width": 5, "dash": "dot" if mode == "disaggregated" else "solid"},
+                        opacity=0.35, hoverinfo="skip",
+                    ),
+                    row=row, col=col,
+                )  # fmt: skip
         if space.slo.interactivity_tok_per_s_p90:
-            frontier.add_vline(
+            figure.add_vline(
                 x=space.slo.interactivity_tok_per_s_p90, line_dash="dash", row=row, col=col
             )
-        frontier.update_xaxes(title_text="P90 interactivity (tok/s/user)", row=row, col=col)
-    frontier.update_yaxes(title_text="total tokens/s per GPU", col=1)
-    frontier.update_layout(
+        figure.update_xaxes(title_text="P90 interactivity (tok/s/user)", row=row, col=col)
+    figure.update_yaxes(title_text="total tokens/s per GPU", col=1)
+    figure.update_layout(
         title=(
             f"Throughput per GPU vs P90 interactivity: {space.model}, {space.workload.kind}"
             f" workload, SLO (dashed) {space.slo.interactivity_tok_per_s_p90 or '-'} tok/s/user"
@@ -139,7 +200,7 @@ def html_report(
         ),
         height=420 * rows + 120, title_font_size=14, margin={"t": 140},
     )  # fmt: skip
-    figs.append(frontier)
+    figs.append(figure)
     if not best.empty and best.tokens_per_usd.notna().any():
         bars = go.Figure(go.Bar(x=best.device, y=best.tokens_per_usd, text=best.config_id))
         bars.update_layout(
@@ -158,12 +219,21 @@ def html_report(
     def table(df: pd.DataFrame) -> str:
         return df.to_html(index=False, float_format=number, na_rep="-")
 
+    modes = mode_comparison(runs)
+    mode_part = []
+    if not modes.empty:
+        mode_part = [
+            "<h2>Aggregated or disaggregated (best SLO-meeting configuration of each)</h2>",
+            table(modes),
+            f"<p><em>{html.escape(LINK_ASSUMPTION)}.</em></p>",
+        ]
     body = [
         f"<h1>Capacity report: {html.escape(space.name)}</h1>",
         f"<p>{html.escape(markdown(space, best, runs, len(pruned)).splitlines()[2])}</p>",
         f"<p><em>{html.escape(_caveat(space.devices))}</em></p>",
         "<h2>Best configuration per device</h2>",
         table(best) if not best.empty else "<p>No configuration meets the SLO.</p>",
+        *mode_part,
         *parts,
         "<h2>Sensitivity (one knob one step from each device's best)</h2>",
         table(sens) if not sens.empty else "<p>No swept knob to move.</p>",
@@ -201,8 +271,12 @@ def write_report(
     for name, text in files.items():
         (out / name).write_text(text)
         paths.append(out / name)
-    for name, df in (("runs.csv", runs), ("best.csv", best), ("sensitivity.csv", sens),
-                     ("pruned.csv", pruned)):  # fmt: skip
+    tables = [("runs.csv", runs), ("best.csv", best), ("sensitivity.csv", sens),
+              ("pruned.csv", pruned)]  # fmt: skip
+    modes = mode_comparison(runs)
+    if not modes.empty:
+        tables.append(("modes.csv", modes))
+    for name, df in tables:
         df.to_csv(out / name, index=False)
         paths.append(out / name)
     paths += _pngs(out, figures)

@@ -1,7 +1,10 @@
 """A search space: devices x serving knobs x concurrency, expanded into scenarios or pruned.
 
 Invalid combinations (TP not dividing the heads, DCP not dividing TP, TP beyond the
-scale-up domain, weights that do not fit) are pruned with the reason, never run.
+scale-up domain, weights that do not fit, disaggregation with dp > 1) are pruned with the
+reason, never run. The ``disaggregation`` knob lists prefill/decode splits (``null``:
+aggregated), so one search compares aggregated and xPyD deployments of each device; the
+closed-loop ``concurrency`` is then per deployment (all its prefill and decode replicas).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from simulator import catalog
 from simulator.memory import check_deployment, check_device, plan_memory
 from simulator.specs.frozen import Frozen
 from simulator.specs.loading import SpecError, first_error
-from simulator.specs.scenario import SLO, Scenario, WorkloadSpec
+from simulator.specs.scenario import SLO, Disaggregation, Scenario, WorkloadSpec
 from simulator.specs.serving import ServingConfig, SpeculativeConfig
 
 
@@ -32,10 +35,13 @@ class Sweep(Frozen):
     max_num_seqs: list[PositiveInt | None] = Field(default=[None], min_length=1)
     max_num_batched_tokens: list[PositiveInt | None] = Field(default=[None], min_length=1)
     speculative: list[SpeculativeConfig | None] = Field(default=[None], min_length=1)
+    # prefill/decode splits to try; null = aggregated (dp replicas)
+    disaggregation: list[Disaggregation | None] = Field(default=[None], min_length=1)
 
 
 KNOBS = ("tp", "dcp", "dp", "ep", "cpu_offload_bytes", "max_num_seqs",
-         "max_num_batched_tokens", "speculative")  # fmt: skip
+         "max_num_batched_tokens", "speculative", "disaggregation")  # fmt: skip
+SERVING_KNOBS = KNOBS[:-1]  # the ones that are ServingConfig fields
 
 
 class SearchSpace(Frozen):
@@ -96,7 +102,23 @@ def knob_label(knobs: dict[str, Any]) -> str:
     spec = knobs["speculative"]
     if spec:
         parts.append(f"{spec['method']}{spec['num_speculative_tokens']}")
+    d = knobs.get("disaggregation")
+    if d:
+        parts.append(disaggregation_text(d).lower().replace(" ", "-").replace("send-back", "sb"))
     return "-".join(parts)
+
+
+def disaggregation_text(value: dict[str, Any] | None) -> str:
+    """A disaggregation knob as runs.csv shows it: ``aggregated``, ``1P1D send-back`` ..."""
+    if not value:
+        return "aggregated"
+    text = Disaggregation.model_validate(value).label
+    default = Disaggregation()
+    if value.get("link_bw_bytes_per_s", default.link_bw_bytes_per_s) != (
+        default.link_bw_bytes_per_s
+    ):
+        text += f" {value['link_bw_bytes_per_s'] / 1e9:g}GB/s"
+    return text
 
 
 def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate], list[Pruned]]:
@@ -112,14 +134,23 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
             raise SpecError(source, "devices", exc.reason) from None
         for values in itertools.product(*(getattr(sweep, k) for k in KNOBS)):
             knobs = dict(zip(KNOBS, values, strict=True))
-            knobs["speculative"] = (
-                knobs["speculative"].model_dump() if knobs["speculative"] is not None else None
-            )
-            data = {**space.serving.model_dump(exclude_unset=True), **knobs}
+            for k in ("speculative", "disaggregation"):
+                knobs[k] = knobs[k].model_dump() if knobs[k] is not None else None
+            data = {
+                **space.serving.model_dump(exclude_unset=True),
+                **{k: knobs[k] for k in SERVING_KNOBS},
+            }
+            disagg = knobs["disaggregation"]
             try:
                 serving = ServingConfig.model_validate(data)
                 check_deployment(card, serving)
                 check_device(serving, device)
+                if disagg is not None:  # the scenario's own cross-checks (dp, offload)
+                    Scenario.model_validate(
+                        {"name": "check", "model": space.model, "device": device_name,
+                         "serving": serving, "workload": space.workload,
+                         "disaggregation": disagg}
+                    )  # fmt: skip
             except ValidationError as exc:
                 pruned.append(Pruned(device_name, knobs, first_error(exc, source).reason))
                 continue
@@ -143,6 +174,7 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
                     seed=space.seed,
                     duration_s=space.duration_s,
                     warmup_s=space.warmup_s,
+                    disaggregation=disagg,
                 )
                 for users in space.concurrency
             )

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from simulator.specs.frozen import Frozen
 from simulator.specs.serving import ServingConfig
@@ -105,6 +112,53 @@ class SLO(Frozen):
     ttft_s_p90: PositiveFloat | None = None
 
 
+# Assumption (no profile has a scale-out field yet): one 400 Gb/s NIC per GPU (ConnectX-7 /
+# Pollara 400 class, as 8-NIC HGX / MI355X nodes ship), 400e9 / 8 = 50e9 B/s per direction.
+DEFAULT_LINK_BW_BYTES_PER_S = 50e9
+# Assumption: one RDMA read round trip plus NIXL's completion notification; the proxy's HTTP
+# hops between P and D are not modelled.
+DEFAULT_LINK_LATENCY_S = 1e-5
+
+
+class Disaggregation(Frozen):
+    """Prefill/decode disaggregation (xPyD, vLLM ``NixlConnector`` pull mode; vllm_mechanics 9).
+
+    ``prefill_replicas`` + ``decode_replicas`` replicas of ``serving.tp`` GPUs each (they
+    replace ``serving.dp``). A request prefills on a prefill replica (``max_tokens`` 1; hybrids
+    stop one token short so that D derives the last state itself), the decode replica reads its
+    KV (and recurrent state) over the inter-node link, computes the last prompt token and
+    decodes. ``prefill_prefix_caching`` is off by default, as in vLLM's send-back experiment.
+    ``send_back`` (``bidirectional_kv_xfer``): a request finished on D keeps its blocks pinned
+    for ``serving.decoder_kv_blocks_ttl_s`` and the session's next turn pulls them back to P
+    unless fewer than ``serving.kv_recompute_threshold_tokens`` tokens would be reused.
+
+    ``link_bw_bytes_per_s`` / ``link_latency_s``: one GPU's NIC, per direction; every TP rank
+    moves its own shard over its own NIC, so a transfer takes (bytes per GPU) / bandwidth +
+    latency, and the transfers of one replica's NICs in one direction run one at a time.
+    """
+
+    prefill_replicas: PositiveInt = 1
+    decode_replicas: PositiveInt = 1
+    prefill_prefix_caching: bool = False
+    send_back: bool = False
+    link_bw_bytes_per_s: PositiveFloat = DEFAULT_LINK_BW_BYTES_PER_S
+    link_latency_s: float = Field(default=DEFAULT_LINK_LATENCY_S, ge=0)
+
+    @property
+    def label(self) -> str:
+        """``1P1D``, ``2P1D send-back``, ``1P1D send-back P-cache`` ..."""
+        parts = [f"{self.prefill_replicas}P{self.decode_replicas}D"]
+        if self.send_back:
+            parts.append("send-back")
+        if self.prefill_prefix_caching:
+            parts.append("P-cache")
+        return " ".join(parts)
+
+    @property
+    def replicas(self) -> int:
+        return self.prefill_replicas + self.decode_replicas
+
+
 class Scenario(Frozen):
     name: str = Field(min_length=1)
     model: str  # a model card name or a path to a card YAML
@@ -116,5 +170,32 @@ class Scenario(Frozen):
     seed: int = 0
     duration_s: PositiveFloat | None = None  # None: until the workload is exhausted
     warmup_s: float = Field(default=0.0, ge=0)  # requests arriving earlier are not measured
-    # how data-parallel replicas share requests
+    # how data-parallel replicas share requests (with disaggregation: within each pool)
     router: Literal["round_robin", "least_loaded", "session_affinity"] = "session_affinity"
+    disaggregation: Disaggregation | None = None  # None: aggregated (dp replicas)
+
+    @field_validator("disaggregation")
+    @classmethod
+    def _pools_replace_dp(
+        cls, d: Disaggregation | None, info: ValidationInfo
+    ) -> Disaggregation | None:
+        serving = info.data.get("serving")
+        if d is None or serving is None:
+            return d
+        if serving.dp != 1:
+            raise ValueError(
+                f"prefill_replicas and decode_replicas replace serving.dp: set dp 1"
+                f" (got dp {serving.dp})"
+            )
+        if serving.cpu_offload_bytes and not d.prefill_prefix_caching:
+            raise ValueError(
+                "cpu_offload_bytes: the host tier sits behind the prefill pool's prefix cache;"
+                " set prefill_prefix_caching true or drop cpu_offload_bytes"
+            )
+        return d
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the deployment: dp x tp, or (prefill + decode replicas) x tp."""
+        d = self.disaggregation
+        return self.serving.num_gpus if d is None else d.replicas * self.serving.tp

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from simulator.specs.frozen import Frozen
 from simulator.specs.model import ModuleGroup
@@ -61,6 +68,14 @@ class ServingConfig(Frozen):
     cpu_offload_bytes: float = Field(default=0, ge=0)  # per replica, --kv-offloading-size
     speculative: SpeculativeConfig | None = None
     fused_decode_kernels: bool = False
+    # Prefill/decode disaggregation with send-back (vLLM NixlConnector
+    # ``bidirectional_kv_xfer``; used only when the scenario has a ``disaggregation`` block):
+    # how long the decode side pins a finished request's blocks for the session's next turn
+    # (``decoder_kv_blocks_ttl``, default 480 s) ...
+    decoder_kv_blocks_ttl_s: PositiveFloat = 480.0
+    # ... and the prefill side recomputes instead of pulling them back when
+    # 0 < tokens to pull < this (``kv_recompute_threshold``, default 64 tokens)
+    kv_recompute_threshold_tokens: int = Field(default=64, ge=0)
 
     @field_validator("ep")
     @classmethod
