@@ -253,3 +253,18 @@ def disaggregation_spec(card: ModelCard, scenario: Scenario) -> DisaggSpec:
         ttl_s=serving.decoder_kv_blocks_ttl_s,
         recompute_threshold_tokens=serving.kv_recompute_threshold_tokens,
     )
+
+
+def slo_met(scenario: Scenario, summary: Summary) -> bool | None:
+    """Whether the run meets the scenario's SLO (None: the scenario gives none)."""
+    return scenario.slo.met(summary.interactivity_tok_per_s_p90, summary.ttft_s_p90)
+
+
+def tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:
+    """throughput per GPU x 3600 / (USD per GPU-hour) under the scenario's cost model; None
+    when that cost model does not price the device."""
+    model = catalog.cost_model(scenario.cost_model)
+    device = catalog.hardware_profile(scenario.device).name
+    if device not in model.usd_per_gpu_hour:
+        return None
+    return tok_per_s_per_gpu * 3600 / model.price(device)

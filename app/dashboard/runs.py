@@ -25,13 +25,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from simulator.cli.run import _slo_met, _tokens_per_dollar
 from simulator.cost.step import CATEGORIES
 from simulator.memory import MemoryReport
 from simulator.metrics import Summary
 from simulator.planner.executor import run_all
 from simulator.planner.space import Candidate, Pruned, SearchSpace, expand
-from simulator.simulation import simulate
+from simulator.simulation import simulate, slo_met, tokens_per_dollar
 from simulator.specs.loading import SpecError, load
 from simulator.specs.scenario import SLO, Scenario
 
@@ -117,7 +116,7 @@ class WhatIfResult:
 def judged(scenario: Scenario, result: WhatIfResult) -> tuple[float | None, bool | None]:
     """(tokens per USD under the scenario's cost model, SLO met or None without an SLO)."""
     tput = result.summary.throughput_tok_per_s_per_gpu
-    return _tokens_per_dollar(scenario, tput), _slo_met(scenario, result.summary)
+    return tokens_per_dollar(scenario, tput), slo_met(scenario, result.summary)
 
 
 def simulated_part(scenario: Scenario) -> str:

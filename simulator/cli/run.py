@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, print_json, print_pairs
 from simulator.specs import (
     Scenario,
@@ -37,7 +36,7 @@ def run(
     """Simulate a scenario: throughput per GPU, interactivity, TTFT, prefix-cache hit rates."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from simulator.simulation import simulate
+    from simulator.simulation import simulate, slo_met, tokens_per_dollar
 
     scenario = parse(Scenario, read_yaml(scenario_file), scenario_file)
     base = scenario_file.resolve().parent
@@ -54,7 +53,7 @@ def run(
 
         result = simulate(scenario, scenario_file, base, progress)
     summary = result.summary
-    price = _tokens_per_dollar(scenario, summary.throughput_tok_per_s_per_gpu)
+    price = tokens_per_dollar(scenario, summary.throughput_tok_per_s_per_gpu)
     data = {
         "scenario": scenario.name,
         "model": scenario.model,
@@ -65,7 +64,7 @@ def run(
         ),
         **summary.model_dump(mode="json"),
         "tokens_per_usd": price,
-        "slo_met": _slo_met(scenario, summary),
+        "slo_met": slo_met(scenario, summary),
         "wall_s": result.wall_s,
     }
     if out is not None:
@@ -105,7 +104,7 @@ def run(
          f"{s.steps:,} ({fmt(s.mean_step_s and s.mean_step_s * 1e3, ',.1f')})"),
         ("measured window (simulated)", f"{s.window_s:,.0f} s"),
         ("tokens per USD", fmt(price, ",.0f") + f" ({scenario.cost_model})"),
-        ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[_slo_met(scenario, s)]),
+        ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[slo_met(scenario, s)]),
         ("wall time", f"{result.wall_s:,.1f} s"),
     ]  # fmt: skip
     d = scenario.disaggregation
@@ -163,26 +162,6 @@ def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
              " tokens"),
         ]  # fmt: skip
     return rows
-
-
-def _tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:
-    """throughput_per_gpu x 3600 / (USD per GPU-hour); None when the device is not priced."""
-    model = catalog.cost_model(scenario.cost_model)
-    device = catalog.hardware_profile(scenario.device).name
-    if device not in model.usd_per_gpu_hour:
-        return None
-    return tok_per_s_per_gpu * 3600 / model.price(device)
-
-
-def _slo_met(scenario: Scenario, s: Any) -> bool | None:
-    slo = scenario.slo
-    checks = []
-    if slo.interactivity_tok_per_s_p90 is not None:
-        value = s.interactivity_tok_per_s_p90
-        checks.append(value is not None and value >= slo.interactivity_tok_per_s_p90)
-    if slo.ttft_s_p90 is not None:
-        checks.append(s.ttft_s_p90 is not None and s.ttft_s_p90 <= slo.ttft_s_p90)
-    return all(checks) if checks else None
 
 
 # ------------------------------------------------------------------------------------ search

@@ -111,6 +111,19 @@ class SLO(Frozen):
     interactivity_tok_per_s_p90: PositiveFloat | None = None  # 1 / P90 ITL
     ttft_s_p90: PositiveFloat | None = None
 
+    def met(self, interactivity_p90: float | None, ttft_s_p90: float | None) -> bool | None:
+        """Whether a run's P90s meet every target given; None when no target is given (a
+        run without a measured P90 misses the target)."""
+        checks = []
+        if self.interactivity_tok_per_s_p90 is not None:
+            checks.append(
+                interactivity_p90 is not None
+                and interactivity_p90 >= self.interactivity_tok_per_s_p90
+            )
+        if self.ttft_s_p90 is not None:
+            checks.append(ttft_s_p90 is not None and ttft_s_p90 <= self.ttft_s_p90)
+        return all(checks) if checks else None
+
 
 # Assumption (no profile has a scale-out field yet): one 400 Gb/s NIC per GPU (ConnectX-7 /
 # Pollara 400 class, as 8-NIC HGX / MI355X nodes ship), 400e9 / 8 = 50e9 B/s per direction.
