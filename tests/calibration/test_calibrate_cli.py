@@ -50,12 +50,13 @@ def test_fit_on_committed_measurements(profiles: Path, monkeypatch: pytest.Monke
         assert m.heldout_error is not None
         assert m.heldout_error.n == m.measurements.rows
         assert m.measurements.rows > 0
-    # the fit answers the rows better than the profile's prior
+    # on GEMM rows it never saw (k-fold), the fit beats the profile's prior
     cmp = calibration.comparison(device, profile)
-    used = cmp[cmp.fitted_on.astype(bool)]
-    fit_err = np.median(np.abs(used.fitted_us / used.measured_us - 1))
-    prior_err = np.median(np.abs(used.prior_us / used.measured_us - 1))
-    assert fit_err < prior_err
+    gemm = cmp[(cmp.op == "gemm") & cmp.fitted_on.astype(bool)]
+    prior_ape = 100 * np.median(np.abs(gemm.prior_us / gemm.measured_us - 1))
+    held = next(m.heldout_error for m in doc.models if m.op_class == "gemm")
+    assert held is not None
+    assert held.median_ape < prior_ape
     # ... and the step cost model picks the fit up by itself
     monkeypatch.setattr(latency, "PROFILES_DIR", profiles)
     card = catalog.model_card("gpt-oss-120b")
