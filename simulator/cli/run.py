@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 
 from simulator.cli.base import JsonOpt, app, command, print_json, print_pairs
@@ -216,6 +217,9 @@ def search(
     sens = sensitivity(space, runs, best)
     pruned_df = pruned_table(pruned)
     paths = write_report(out, space, runs, best, sens, pruned_df)
+    # the space beside its results, so that a reader (the dashboard) needs only the folder
+    (out / "space.yaml").write_text(yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
+    paths.append(out / "space.yaml")
     if as_json:
         print_json(
             {

@@ -9,9 +9,11 @@ closed-loop ``concurrency`` is then per deployment (all its prefill and decode r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
@@ -79,11 +81,26 @@ class Pruned:
     reason: str
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """sha256 of the simulator's own source, model cards and hardware profiles: a cached run
+    is reused only by the code and data that produced it (a version string alone would hand
+    back results of older code after any edit)."""
+    import simulator
+    from hardware_profiles import PROFILES_DIR
+
+    h = hashlib.sha256()
+    for root in (Path(simulator.__file__).parent, PROFILES_DIR):
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".py", ".yaml", ".json") and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """Content hash: the cache key of a run (same scenario, same code -> same result)."""
-    from simulator import __version__
-
-    payload = __version__ + scenario.model_dump_json()
+    payload = code_fingerprint() + scenario.model_dump_json()
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

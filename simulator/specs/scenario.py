@@ -207,6 +207,14 @@ class Scenario(Frozen):
             )
         return d
 
+    @field_validator("warmup_s")
+    @classmethod
+    def _warmup_inside_duration(cls, warmup_s: float, info: ValidationInfo) -> float:
+        duration_s = info.data.get("duration_s")
+        if duration_s is not None and warmup_s >= duration_s:
+            raise ValueError(f"{warmup_s:g} s leaves nothing of duration_s {duration_s:g} s")
+        return warmup_s
+
     @property
     def num_gpus(self) -> int:
         """GPUs of the deployment: dp x tp, or (prefill + decode replicas) x tp."""

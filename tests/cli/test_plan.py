@@ -335,6 +335,7 @@ def test_run_writes_tables_and_summary(tmp_path: Path) -> None:
         (SCENARIO.replace("concurrency: 2", "users: 2"), "workload.agentic.users"),
         (SCENARIO + "colour: blue\n", "colour"),
         (SCENARIO.replace("device: h100", "device: tpu9"), "device"),
+        (SCENARIO + "warmup_s: 600.0\n", "warmup_s: 600 s leaves nothing of duration_s 600 s"),
     ],
 )
 def test_run_bad_scenario_is_one_line(tmp_path: Path, text: str, field: str) -> None:

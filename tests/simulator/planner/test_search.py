@@ -14,6 +14,7 @@ from simulator.planner.analysis import best_per_device, operating_points, runs_t
 from simulator.planner.executor import run_all
 from simulator.planner.report import write_report
 from simulator.planner.space import SearchSpace, expand
+from simulator.specs.scenario import Scenario
 
 SPACE = {
     "name": "tiny",
@@ -109,6 +110,11 @@ def test_plan_search_cli(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["runs"] == 1
+    # the space is written beside its results and reads back as the same space
+    written = SearchSpace.model_validate(
+        yaml.safe_load((tmp_path / "o" / "space.yaml").read_text())
+    )
+    assert written == SearchSpace.model_validate(space)
     bad = dict(space, colour="blue")
     f.write_text(yaml.safe_dump(bad))
     result = CliRunner().invoke(app, ["search", str(f)])
@@ -128,3 +134,17 @@ def test_fleet_for_a_request_rate_demand(searched) -> None:  # type: ignore[no-u
     for _, b in best.iterrows():
         assert b.replicas == -(-3.0 // b.requests_per_s)  # ceil(demand / rate per replica)
         assert b.requests_per_s > 0
+
+
+def test_cached_runs_are_keyed_on_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run cached by other code (or other cards / profiles) is not handed back."""
+    from simulator.planner import space as space_mod
+
+    scenario = Scenario.model_validate(
+        {"name": "k", "model": "llama-3.3-70b", "device": "h100", "serving": {"tp": 8},
+         "workload": {"kind": "agentic", "sessions": 2, "concurrency": 1}}
+    )  # fmt: skip
+    before = space_mod.scenario_hash(scenario)
+    assert space_mod.scenario_hash(scenario) == before
+    monkeypatch.setattr(space_mod, "code_fingerprint", lambda: "edited code")
+    assert space_mod.scenario_hash(scenario) != before
