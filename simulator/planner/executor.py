@@ -9,6 +9,9 @@ is started for the search and stopped after it.
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -54,8 +57,9 @@ def run_all(
     todo: list[tuple[Scenario, Path]] = []
     for sc in scenarios:
         path = cache_dir / f"{scenario_hash(sc)}.json"
-        if path.exists():
-            results[sc.name] = json.loads(path.read_text())
+        cached = _read_cached(path)
+        if cached is not None:
+            results[sc.name] = cached
         else:
             todo.append((sc, path))
     done = len(results)
@@ -66,7 +70,9 @@ def run_all(
 
     def store(sc: Scenario, path: Path, out: dict[str, Any]) -> None:
         nonlocal done
-        path.write_text(json.dumps(out) + "\n")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all
+        tmp.write_text(json.dumps(out) + "\n")
+        os.replace(tmp, path)
         results[sc.name] = out
         done += 1
         if progress is not None:
@@ -75,12 +81,29 @@ def run_all(
     if executor == "ray":
         _run_ray(todo, store, workers, address)
         return results
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+    # fork is the fast start, but forking a threaded host (a Streamlit server, Ray's client)
+    # can copy held locks into the children: spawn there
+    context = mp.get_context("spawn") if threading.active_count() > 1 else None
+    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context)
+    try:
         futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
         for future in as_completed(futures):
             sc, path = futures[future]
             store(sc, path, future.result())
+    except BaseException:  # a failed run, or a stop raised by `progress`: drop the queue
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     return results
+
+
+def _read_cached(path: Path) -> dict[str, Any] | None:
+    """A cached result, or None when there is none or it cannot be read back."""
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _run_ray(

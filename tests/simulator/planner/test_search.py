@@ -148,3 +148,35 @@ def test_cached_runs_are_keyed_on_the_code(monkeypatch: pytest.MonkeyPatch) -> N
     assert space_mod.scenario_hash(scenario) == before
     monkeypatch.setattr(space_mod, "code_fingerprint", lambda: "edited code")
     assert space_mod.scenario_hash(scenario) != before
+
+
+def _tiny(seed: int) -> Scenario:
+    return Scenario.model_validate(
+        {"name": f"tiny-{seed}", "model": "llama-3.3-70b", "device": "h100",
+         "serving": {"tp": 8}, "seed": seed, "duration_s": 120.0,
+         "workload": {"kind": "agentic", "sessions": 2, "concurrency": 1}}
+    )  # fmt: skip
+
+
+def test_a_torn_cache_entry_is_run_again(tmp_path: Path) -> None:
+    from simulator.planner.space import scenario_hash
+
+    sc = _tiny(0)
+    (tmp_path / f"{scenario_hash(sc)}.json").write_text('{"throughput_tok_per')  # a kill mid-write
+    results = run_all([sc], tmp_path, workers=1)
+    assert results[sc.name]["throughput_tok_per_s_per_gpu"] > 0
+    assert json.loads((tmp_path / f"{scenario_hash(sc)}.json").read_text()) == results[sc.name]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_stop_from_progress_cancels_the_queued_runs(tmp_path: Path) -> None:
+    class StopError(Exception):
+        pass
+
+    def progress(done: int, total: int) -> None:
+        if done >= 1:
+            raise StopError
+
+    with pytest.raises(StopError):
+        run_all([_tiny(s) for s in range(4)], tmp_path, workers=1, progress=progress)
+    assert len(list(tmp_path.glob("*.json"))) == 1  # the one stored before the stop
