@@ -16,6 +16,7 @@ Prefill/decode disaggregation: ``simulator.disaggregation`` (two pools of these 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Literal
@@ -33,6 +34,7 @@ from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
 
 MAX_FAST_FORWARD = 256
+PROGRESS_EVERY_S = 0.25  # wall seconds between progress reports while nothing finishes
 ProcessGenerator = Generator[simpy.Event, object, None]
 RouterPolicy = Literal["round_robin", "least_loaded", "session_affinity"]
 
@@ -61,8 +63,10 @@ class Replica:
         recorder: Recorder,
         on_finish: Callable[[ReqState], None],
         accept: Callable[[int], int] | None,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         self.env = env
+        self.tick = tick  # called after every step (the engine's wall-clock progress)
         self.id = replica_id
         self.parts = parts
         self.sched = parts.scheduler
@@ -163,6 +167,8 @@ class Replica:
                     kv_blocks_held=sched.held_blocks,
                 )
             )
+            if self.tick is not None:
+                self.tick()
             for req in finished:
                 self.on_finish(req)
 
@@ -285,9 +291,11 @@ class Engine:
         self.done = 0
         self.last_turn: dict[int, ReqState] = {}
         self.pools: PrefillDecode | None = None
+        self._last_report_s = time.monotonic()
+        tick = self._tick if progress is not None else None
         if disaggregation is None:
             self.replicas = [
-                Replica(self.env, i, p, self.recorder, self.finished, accept)
+                Replica(self.env, i, p, self.recorder, self.finished, accept, tick)
                 for i, p in enumerate(parts)
             ]
         else:
@@ -296,7 +304,7 @@ class Engine:
                 raise ValueError("disaggregation needs a prefill and a decode replica at least")
             pools = self.pools = PrefillDecode(self, disaggregation)
             self.replicas = [
-                Replica(self.env, i, p, self.recorder, pools.on_finish(i), accept)
+                Replica(self.env, i, p, self.recorder, pools.on_finish(i), accept, tick)
                 for i, p in enumerate(parts)
             ]
             prefill, decode = self.replicas[:n], self.replicas[n:]
@@ -354,6 +362,15 @@ class Engine:
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
             yield from self._deliver(due)
+
+    def _tick(self) -> None:
+        """Report progress at least every ``PROGRESS_EVERY_S`` of wall time while steps run,
+        even when no request finishes (minute-long prefills): a stop raised by ``progress``
+        then ends the run promptly."""
+        now = time.monotonic()
+        if now - self._last_report_s >= PROGRESS_EVERY_S and self.progress is not None:
+            self._last_report_s = now
+            self.progress(self.env.now, self.done)
 
     def finished(self, state: ReqState) -> None:
         """A client request finished or was rejected: record it and let the replay go on."""

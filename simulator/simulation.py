@@ -179,7 +179,11 @@ def simulate(
     base_dir: str | Path = ".",
     progress: Callable[[float, int], None] | None = None,
 ) -> SimResult:
-    """Run ``scenario``; ``source`` names its file in error messages."""
+    """Run ``scenario``; ``source`` names its file in error messages.
+
+    ``progress(simulated_s, requests_done)`` is called when a request finishes and at least
+    every ``engine.PROGRESS_EVERY_S`` of wall time while steps run; an exception it raises
+    ends the run and propagates (how the dashboard's Stop button stops one)."""
     start = time.perf_counter()
     try:
         card = catalog.model_card(scenario.model)

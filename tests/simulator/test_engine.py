@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterator
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -209,3 +210,31 @@ def test_engine_step_sums_equal_the_cost_models() -> None:
     entries = [(None, n, c, n == 1) for n, c in zip(new, ctx, strict=True)]
     plan = StepPlan(entries, [], [])  # type: ignore[arg-type]
     assert replica._shape(plan) == shape_of(np.array(new), np.array(ctx), 1, cost.window)
+
+
+def test_progress_reports_while_nothing_finishes_and_a_raise_stops_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long prompt keeps the engine stepping without finishes: progress still comes (every
+    step here, with the interval at 0), and the exception it raises ends the run."""
+    import simulator.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "PROGRESS_EVERY_S", 0.0)
+
+    class StopError(Exception):
+        pass
+
+    calls: list[tuple[float, int]] = []
+
+    def progress(now_s: float, done: int) -> None:
+        calls.append((now_s, done))
+        if len(calls) == 5:
+            raise StopError
+
+    replay = Replay(sessions([grow([(900, 40, 0.0)])], 0), closed_loop(1))  # ~10 prefill steps
+    engine = Engine(replay, [parts(64, 96, 4)], progress=progress)
+    with pytest.raises(StopError):
+        engine.run()
+    assert len(calls) == 5
+    assert all(done == 0 for _, done in calls)  # reported before any request finished
+    assert [t for t, _ in calls] == sorted(t for t, _ in calls)
