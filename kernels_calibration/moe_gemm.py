@@ -68,7 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels_calibration.gemm import _interpreter_needs_upcast
+from kernels_calibration.gemm import _interpreter_needs_upcast, grouped_tile
 
 ACTIVATION_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 WEIGHT_FORMATS = ("bf16", "fp16", "fp32", "fp8", "mxfp4")
@@ -142,15 +142,7 @@ def _moe_gemm_kernel(
 ):
     # c[pair, n] = sum_k a[pair // A_ROW_DIV, k] * B[expert(pair), n, k] (* scales, * weight).
     # 1-D grid over (row block, column block) in grouped order, as gemm.py.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(num_rows, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_rows, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     # The grid covers the worst-case padded length; blocks past the real one do nothing.
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):

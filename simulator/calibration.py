@@ -25,6 +25,7 @@ import numpy as np
 from simulator.cost.fit import (
     KFoldErrors,
     MeasurementTable,
+    fit_error,
     fit_op_class,
     kfold_errors,
     load_measurements,
@@ -84,8 +85,9 @@ class OpSummary:
     heldout_max_ape: float | None
 
 
-def _summary(cls: str, impl: str, kf: KFoldErrors, train: FitError) -> OpSummary:
-    held = kf.heldout_ape[np.isfinite(kf.heldout_ape)]
+def _summary(
+    cls: str, impl: str, kf: KFoldErrors, train: FitError, heldout: FitError | None
+) -> OpSummary:
     return OpSummary(
         op_class=cls,
         impl=impl,
@@ -93,8 +95,8 @@ def _summary(cls: str, impl: str, kf: KFoldErrors, train: FitError) -> OpSummary
         prior_median_ape=float(np.median(kf.prior_ape)),
         prior_max_ape=float(np.max(kf.prior_ape)),
         fitted_median_ape=train.median_ape,
-        heldout_median_ape=float(np.median(held)) if held.size else None,
-        heldout_max_ape=float(np.max(held)) if held.size else None,
+        heldout_median_ape=heldout.median_ape if heldout else None,
+        heldout_max_ape=heldout.max_ape if heldout else None,
     )
 
 
@@ -114,13 +116,9 @@ def fit_device(
         model = fit_op_class(cls, m, profile, srcs)
         kf = kfold_errors(cls, m, profile, folds=folds, seed=seed)
         held = kf.heldout_ape[np.isfinite(kf.heldout_ape)]
-        heldout = (
-            FitError(n=int(held.size), median_ape=float(np.median(held)),
-                     max_ape=float(np.max(held)))
-            if held.size else None
-        )  # fmt: skip
+        heldout = fit_error(held) if held.size else None
         models.append(model.model_copy(update={"heldout_error": heldout}))
-        summaries.append(_summary(cls, impls.get(cls, "all"), kf, model.fit_error))
+        summaries.append(_summary(cls, impls.get(cls, "all"), kf, model.fit_error, heldout))
     doc = LatencyModelFile(
         device=profile.name,
         description=(
@@ -229,7 +227,6 @@ def error_table(cmp: pd.DataFrame, fitted: LatencyModelFile | None) -> pd.DataFr
 
 def report_html(device_dir: Path, profile: HardwareProfile) -> str:
     """One page: the error table, then per op class measured vs prior vs fitted."""
-    import plotly.graph_objects as go
     import plotly.io as pio
 
     path = device_dir / "latency_models.json"
@@ -257,7 +254,6 @@ def report_html(device_dir: Path, profile: HardwareProfile) -> str:
         errors.to_html(index=False, float_format=lambda x: f"{x:,.1f}", na_rep="-"),
         *parts,
     ]
-    _ = go  # plotly is imported here so that a missing plotly fails before any work
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>Calibration {html.escape(profile.name)}</title>"

@@ -123,7 +123,8 @@ def ape(predicted: Array, measured: Array) -> Array:
     return errors
 
 
-def _fit_error(errors: Array) -> FitError:
+def fit_error(errors: Array) -> FitError:
+    """Count, median and max of APEs (percent)."""
     return FitError(
         n=int(errors.size), median_ape=float(np.median(errors)), max_ape=float(np.max(errors))
     )
@@ -203,7 +204,7 @@ def fit_measured(
             measurements=placeholder,
         )
     errors = ape(_predict(model, m.rows, profile), m.seconds)
-    return model.model_copy(update={"fit_error": _fit_error(errors)}), errors
+    return model.model_copy(update={"fit_error": fit_error(errors)}), errors
 
 
 def shape_tables(m: MeasuredOps) -> list[ShapeTable]:
