@@ -19,7 +19,7 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,9 @@ from simulator.cost.ops import COLLECTIVE_CLASSES, OpClass
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError, first_error, read_text
+
+if TYPE_CHECKING:
+    from simulator.measured.device import DeviceTables
 
 Array = NDArray[np.float64]
 SCHEMA_VERSION = 1
@@ -135,13 +138,26 @@ def collective_prior_seconds(
 
 
 class LatencyModels:
-    """Answers 'how long does this op take on this device', preferring fitted models."""
+    """Answers 'how long does this op take on this device'.
 
-    def __init__(self, profile: HardwareProfile, fitted: LatencyModelFile | None = None) -> None:
+    Preference: this device's own calibration (``calibrate``; a profile marked
+    ``calibrated``), then the public measured tables (``tables``: measured on this device, or
+    transferred from the measured devices), then other fitted models (e.g. the H100 fit to
+    Vidur's profiles), then the roofline priors of the profile."""
+
+    def __init__(
+        self,
+        profile: HardwareProfile,
+        fitted: LatencyModelFile | None = None,
+        tables: DeviceTables | None = None,
+    ) -> None:
         self.profile = profile
+        self.tables = tables
         self.fitted: dict[str, FittedModel] = {
             m.op_class: m for m in (fitted.models if fitted else [])
         }
+        # op classes the device's own calibration answers ahead of the public tables
+        self.calibrated = frozenset(self.fitted) if profile.calibrated else frozenset()
         # op class -> shape key -> (log m, log(measured / roofline fit)) at the measured m
         self._tables: dict[str, dict[tuple[int, int, int], tuple[Array, Array]]] = {}
         for cls, model in self.fitted.items():
@@ -175,11 +191,25 @@ class LatencyModels:
             )
 
     @classmethod
-    def for_device(cls, profile: HardwareProfile, use_fitted: bool = True) -> LatencyModels:
-        """Priors plus ``hardware_profiles/<name>/latency_models.json`` when it exists."""
+    def for_device(
+        cls, profile: HardwareProfile, use_fitted: bool = True, use_tables: bool = True
+    ) -> LatencyModels:
+        """Priors, ``hardware_profiles/<name>/latency_models.json`` when it exists, and the
+        public measured tables when the ``measured`` extra is installed."""
+        from simulator.measured.device import tables_for
+
         path = PROFILES_DIR / profile.name / "latency_models.json"
         fitted = load_latency_models(path) if use_fitted and path.exists() else None
-        return cls(profile, fitted)
+        tables = tables_for(profile) if use_fitted and use_tables else None
+        return cls(profile, fitted, tables)
+
+    def source(self, op_class: str) -> str:
+        """Where the class's latencies come from: calibrated / measured / fitted / prior."""
+        if op_class in self.calibrated:
+            return "calibrated"
+        if self.tables is not None and op_class in self.tables.classes():
+            return "measured" if self.tables.measured else "fitted"
+        return "fitted" if op_class in self.fitted else "prior"
 
     def has_tables(self, op_class: str) -> bool:
         return op_class in self._tables
@@ -201,9 +231,6 @@ class LatencyModels:
                 if log_m[0] <= x <= log_m[-1]:
                     out[i] = np.exp(np.interp(x, log_m, log_ratio))
         return out
-
-    def source(self, op_class: str) -> str:
-        return "fitted" if op_class in self.fitted else "prior"
 
     def prior_params(self, op_class: str) -> RooflineParams:
         return self._priors[op_class]

@@ -220,31 +220,41 @@ def kda_prefill_flops_per_token_head(dk: Num, dv: Num, chunk: float = KDA_CHUNK)
 
 
 def kda_prefill(
-    batch: Num, seq_len: Num, heads: Num, head_dim: Num, state_bytes_per_elem: float = FP32
+    batch: Num,
+    seq_len: Num,
+    heads: Num,
+    head_k_dim: Num,
+    state_bytes_per_elem: float = FP32,
+    head_v_dim: Num | None = None,
 ) -> Work:
-    """Chunked prefill of a KDA/GDN layer for ``batch`` sequences of ``seq_len`` new tokens."""
+    """Chunked prefill of a KDA/GDN layer for ``batch`` sequences of ``seq_len`` new tokens
+    (``heads`` value heads, states of head_k_dim x head_v_dim; dv defaults to dk)."""
+    dk = head_k_dim
+    dv = head_k_dim if head_v_dim is None else head_v_dim
     tokens = batch * seq_len
-    flops = tokens * heads * kda_prefill_flops_per_token_head(head_dim, head_dim)
-    acts = tokens * heads * head_dim * 5.0 * ACT_BYTES  # q, k, v, gate in; o out
-    chunk_states = tokens * heads * 2.0 * head_dim * head_dim * FP32 / KDA_CHUNK
-    boundary = batch * heads * 2.0 * head_dim * head_dim * state_bytes_per_elem  # load + store
+    flops = tokens * heads * kda_prefill_flops_per_token_head(dk, dv)
+    acts = tokens * heads * (3.0 * dk + 2.0 * dv) * ACT_BYTES  # q, k, gate in; v in, o out
+    chunk_states = tokens * heads * 2.0 * dk * dv * FP32 / KDA_CHUNK
+    boundary = batch * heads * 2.0 * dk * dv * state_bytes_per_elem  # load + store
     return Work(flops, acts + chunk_states + boundary, kernels=4.0)
 
 
 def kda_decode(
     batch: Num,
     heads: Num,
-    head_dim: Num,
+    head_k_dim: Num,
+    head_v_dim: Num,
     state_bytes_per_elem: float = FP32,
     queries: Num = 1.0,
 ) -> Work:
-    """Recurrent decode: decay, S^T k, rank-1 update, S^T q; the state is read and written.
+    """Recurrent decode: decay, S^T k, rank-1 update, S^T q over a head_k_dim x head_v_dim
+    state per head, which is read and written.
 
     With ``queries`` = 1 + K (speculative verify) one state read and 1 + K state writes.
     """
-    state = heads * head_dim * head_dim * state_bytes_per_elem
-    flops = 7.0 * batch * queries * heads * head_dim * head_dim
-    acts = batch * queries * heads * head_dim * 5.0 * ACT_BYTES
+    state = heads * head_k_dim * head_v_dim * state_bytes_per_elem
+    flops = 7.0 * batch * queries * heads * head_k_dim * head_v_dim
+    acts = batch * queries * heads * (3.0 * head_k_dim + 2.0 * head_v_dim) * ACT_BYTES
     return Work(flops, batch * state * (1.0 + queries) + acts)
 
 

@@ -289,7 +289,7 @@ def _work(
     if cls == "kda_prefill":
         return ops.kda_prefill(c["batch"], c["seq_len"], c["num_heads"], c["head_dim"])
     if cls == "kda_decode":
-        return ops.kda_decode(c["batch"], c["num_heads"], c["head_dim"])
+        return ops.kda_decode(c["batch"], c["num_heads"], c["head_dim"], c["head_dim"])
     if cls == "elementwise":
         return ops.elementwise(c["elements"], c["bytes_per_elem"])  # type: ignore[arg-type]
     raise AssertionError(cls)

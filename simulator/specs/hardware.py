@@ -26,13 +26,11 @@ class PeakFlops(Frozen):
     fp4: PositiveFloat | None = None
 
     def for_dtype(self, dtype: ComputeDtype) -> float:
-        """Peak for ``dtype``, falling back to the next wider format the chip has."""
-        order: list[ComputeDtype] = ["fp4", "fp8", "bf16"]
-        for d in order[order.index(dtype) :]:
-            value: float | None = getattr(self, d)
-            if value is not None:
-                return value
-        return self.bf16
+        """Peak for ``dtype``; a chip without tensor cores for it runs the weights as
+        weight-only (vLLM's Marlin / Triton W4A16 and W8A16 kernels dequantize to BF16 in the
+        kernel), so the math runs at the BF16 rate, not at the next narrower format's."""
+        value: float | None = getattr(self, dtype)
+        return value if value is not None else self.bf16
 
 
 class Link(Frozen):
@@ -57,7 +55,13 @@ class RooflinePriors(Frozen):
     memory_efficiency: float = Field(gt=0, le=1)
     link_efficiency: float = Field(gt=0, le=1)  # collectives: achieved / peak link bandwidth
     kernel_launch_s: float = Field(ge=0)
-    cpu_step_overhead_s: float = Field(ge=0)  # scheduler + input prep per engine step
+    # CPU work of one engine step (scheduler + input preparation), overlapped with the GPU by
+    # async scheduling: a step takes max(GPU, base + per request x requests scheduled)
+    cpu_step_overhead_s: float = Field(ge=0)
+    cpu_step_per_request_s: float = Field(default=0.0, ge=0)
+    # from the end of a step to the client holding its tokens (device-to-host copy, output
+    # processing, detokenisation and streaming; async scheduling runs the next step meanwhile)
+    output_delay_s: float = Field(default=0.0, ge=0)
 
 
 SOURCED_FIELDS = (
@@ -80,6 +84,9 @@ class HardwareProfile(Frozen):
     form_factor: str
     status: Literal["shipping", "announced"] = "shipping"
     calibrated: bool = False  # true once latency_models.json comes from measurements on it
+    # system folder of the public silicon-measured op tables (aiconfigurator-core) taken on
+    # this device, e.g. h200_sxm; None: no public tables (latencies transferred or priors)
+    measured_tables: str | None = None
     peak_flops_per_s: PeakFlops
     memory_bytes: PositiveFloat  # nominal (datasheet) device memory
     usable_memory_bytes: PositiveFloat  # what the runtime reports as total (vLLM's base)

@@ -68,6 +68,9 @@ class ServingConfig(Frozen):
     cpu_offload_bytes: float = Field(default=0, ge=0)  # per replica, --kv-offloading-size
     speculative: SpeculativeConfig | None = None
     fused_decode_kernels: bool = False
+    # token skew across experts as the measured MoE tables draw it: "auto" = the per-model
+    # choice of the tables' SDK (power-law 1.01 for DeepSeek/Kimi-style routers, 1.2 else)
+    moe_token_distribution: Literal["auto", "balanced", "power_law_1.01", "power_law_1.2"] = "auto"
     # Prefill/decode disaggregation with send-back (vLLM NixlConnector
     # ``bidirectional_kv_xfer``; used only when the scenario has a ``disaggregation`` block):
     # how long the decode side pins a finished request's blocks for the session's next turn

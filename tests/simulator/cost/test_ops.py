@@ -72,10 +72,21 @@ def test_kda_prefill_is_158_kflop_per_token_head_at_d128() -> None:
 
 
 def test_kda_decode_reads_and_writes_the_fp32_state() -> None:
-    w = ops.kda_decode(1.0, 32.0, 128.0)
+    w = ops.kda_decode(1.0, 32.0, 128.0, 128.0)
     state = 32 * 128 * 128 * 4
     assert w.bytes == 2 * state + 32 * 128 * 5 * 2
     assert w.flops == 7 * 32 * 128 * 128
+
+
+def test_recurrent_state_is_heads_x_dk_x_dv() -> None:
+    # Mamba-style heads: dk 128 (state), dv 64 -> half the state of dk = dv = 128
+    w = ops.kda_decode(1.0, 32.0, 128.0, 64.0)
+    assert w.bytes == 2 * 32 * 128 * 64 * 4 + 32 * (3 * 128 + 2 * 64) * 2
+    assert w.flops == 7 * 32 * 128 * 64
+    square = ops.kda_prefill(1.0, 64.0, 8.0, 128.0)
+    narrow = ops.kda_prefill(1.0, 64.0, 8.0, 128.0, head_v_dim=64.0)
+    assert narrow.flops < square.flops
+    assert narrow.bytes < square.bytes
 
 
 def test_ops_accept_arrays() -> None:

@@ -1,0 +1,533 @@
+"""The ops of one engine step, layer kind by layer kind, and their pricing.
+
+``StepOps`` records every op of a step once per layer kind (with its layer count) and then
+prices them together: lines with a measured-table curve (``simulator.cost.lookups``) read
+it, the rest go through the latency models' roofline / fitted forms in one vectorised call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.cost import ops
+from simulator.cost.lookups import causal_length
+from simulator.cost.ops import OpClass, Work
+from simulator.cost.shapes import CAT_INDEX, CATEGORIES, Category, OpLine, StepCost, StepShape
+from simulator.specs.model import ModuleGroup
+from simulator.specs.precision import STATE_BYTES, kv_element_bytes
+from simulator.weights import precision_of
+
+if TYPE_CHECKING:
+    from simulator.cost.step import StepCostModel
+    from simulator.measured.lookup import Curve
+
+# Kernels per layer that survive when decode kernels are fused (attention, MoE, communication)
+FUSED_KERNELS_PER_LAYER = 3.0
+
+
+class StepOps:
+    """Collects the ops of one step as parallel lists, then prices them in one pass."""
+
+    def __init__(self, model: StepCostModel, shape: StepShape) -> None:
+        self.cat_index = CAT_INDEX
+        self.m, self.s = model, shape
+        self.look = model.lookups
+        # (name, op class, category index, count, flops, bytes, kernels, peak FLOP/s)
+        self.rows: list[tuple[str, OpClass, int, float, float, float, float, float]] = []
+        # row index -> (curve, axis values): lines answered by a measured table
+        self.curves: dict[int, tuple[Curve, tuple[float, ...]]] = {}
+        # row index -> (m, n, k, weight bytes per element) of plain GEMM rows, kept only
+        # when the device has calibrated GEMM shape tables
+        self.want_shapes = model.latency.has_tables("gemm")
+        self.shapes: dict[int, tuple[float, float, float, float]] = {}
+        # (name, op class, count, bytes per rank, world size, curve)
+        self.colls: list[tuple[str, OpClass, float, float, float, Curve | None]] = []
+        self.fused = (
+            model.serving.fused_decode_kernels and shape.num_prefills == 0 and shape.num_decodes > 0
+        )
+        self.t = float(model.padded(shape))
+        self.prefix = ""  # "draft." while the drafter's passes are recorded
+        self.drafting: Category | None = None
+
+    # ---------------------------------------------------------------- recording
+
+    def add(
+        self,
+        name: str,
+        cls: OpClass,
+        cat: Category,
+        count: float,
+        work: Work,
+        peak: float,
+        curve: Curve | None = None,
+        at: tuple[float, ...] = (),
+    ) -> None:
+        if count > 0:
+            b = float(work.bytes)
+            k = work.kernels if b > 0 else 0.0
+            cat_i = self.cat_index[self.drafting or cat]
+            self.rows.append((self.prefix + name, cls, cat_i, count, float(work.flops), b, k, peak))
+            if curve is not None:
+                self.curves[len(self.rows) - 1] = (curve, at)
+
+    def collective(
+        self, name: str, cls: OpClass, count: float, bytes_per_rank: float, world: int
+    ) -> None:
+        if count > 0 and world > 1 and bytes_per_rank > 0:
+            curve = self.look.collective(self.prefix + name, cls, float(world))
+            self.colls.append((self.prefix + name, cls, count, bytes_per_rank, float(world), curve))
+
+    def gemm(
+        self,
+        name: str,
+        cat: Category,
+        count: float,
+        m: float,
+        n: float,
+        k: float,
+        group: ModuleGroup,
+    ) -> None:
+        """A plain GEMM of ``group``'s weights: the measured GEMM table where there is one."""
+        if count > 0 and m > 0:
+            w, peak = self.wbytes(group), self.peak(group)
+            work = ops.gemm(m, n, k, w)
+            precision = precision_of(self.m.card, self.m.serving, group)
+            curve = self.look.gemm(self.prefix + name, precision, n, k)
+            self.add(name, "gemm", cat, count, work, peak, curve, (m,))
+            if self.want_shapes:
+                self.shapes[len(self.rows) - 1] = (m, n, k, w)
+
+    def peak(self, group: ModuleGroup) -> float:
+        return self.m.group_peak[group]
+
+    def wbytes(self, group: ModuleGroup) -> float:
+        return self.m.group_weight_bytes[group]
+
+    # ---------------------------------------------------------------- the model
+
+    def build(self) -> None:
+        m, s = self.m, self.s
+        card, serving = m.card, m.serving
+        tp = serving.tp
+        d = float(card.hidden_size)
+        t = self.t
+        bf16_peak = m.device.peak_flops_per_s.bf16
+        layers = float(card.layers.count)
+        if s.num_tokens == 0:
+            return
+        # every layer: two RMSNorms (+ residual add) over the hidden state
+        self.add(
+            "rmsnorm", "elementwise", "dense", 2 * layers, ops.elementwise(t * d, 8.0), bf16_peak
+        )
+        if "mla" in m.counts:
+            self._mla(m.counts["mla"])
+        for kind in ("gqa", "swa", "sparse_gqa"):
+            if kind in m.counts:
+                self._gqa(kind, m.counts[kind])
+        for kind in ("kda", "gdn"):
+            if kind in m.counts:
+                self._linear(m.counts[kind])
+        n_attn = sum(m.counts.values())
+        self.collective("attn_allreduce", "allreduce", n_attn, t * d * ops.ACT_BYTES, tp)
+        if m.n_dense_mlp:
+            self._dense_mlp(m.n_dense_mlp)
+        if m.n_moe:
+            self._moe(m.n_moe)
+        self._head()
+        if serving.num_speculative_tokens and s.num_decodes:
+            self._draft(serving.num_speculative_tokens)
+
+    def _draft(self, k: int) -> None:
+        """K sequential draft passes over the decoding requests (EAGLE/MTP): each one decoder
+        layer of the target's full-attention kind (the MTP module, or an EAGLE head of that
+        shape) over the request's context, its MLP, and the lm_head (vllm_mechanics.md 8)."""
+        m, s = self.m, self.s
+        card, tp = m.card, m.serving.tp
+        d = float(card.hidden_size)
+        saved_t, saved_s = self.t, self.s
+        b = s.num_decodes
+        self.t = float(b)
+        self.s = StepShape(
+            num_decodes=b, decode_tokens=b, decode_kv=s.decode_kv,
+            decode_kv_window=s.decode_kv_window, decode_kv_sparse=s.decode_kv_sparse,
+        )  # fmt: skip
+        self.prefix, self.drafting = "draft.", "drafting"
+        kind = next(
+            (x for x in reversed(card.layer_kinds) if x in ("mla", "gqa", "swa", "sparse_gqa")),
+            None,
+        )
+        if kind == "mla":
+            self._mla(k)
+        elif kind is not None:
+            self._gqa(kind, k)
+        self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
+        if card.moe_layer_mask[-1]:
+            self._moe(k)
+        else:
+            self._dense_mlp(k)
+        self.gemm("lm_head", "dense", k, b, card.vocab_size / tp, d, "lm_head")
+        self.t, self.s = saved_t, saved_s
+        self.prefix, self.drafting = "", None
+
+    def _mla(self, n: float) -> None:
+        m, s, t = self.m, self.s, self.t
+        card, serving = m.card, m.serving
+        mla = card.mla
+        assert mla is not None
+        tp, dcp = serving.tp, serving.dcp
+        d = float(card.hidden_size)
+        h = mla.num_heads / tp
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        lat = mla.kv_lora_rank + mla.qk_rope_head_dim
+        w = self.wbytes("attention")
+        bf16 = m.device.peak_flops_per_s.bf16
+        if mla.q_lora_rank:
+            self.gemm("mla.q_a_proj", "attention", n, t, mla.q_lora_rank, d, "attention")
+            self.gemm("mla.q_b_proj", "attention", n, t, h * qk, mla.q_lora_rank, "attention")
+        else:
+            self.gemm("mla.q_proj", "attention", n, t, h * qk, d, "attention")
+        self.gemm("mla.kv_a_proj", "attention", n, t, lat, d, "attention")
+        kv_tok = m.mla_kv_bytes_per_token
+        core_dec = self.look.mla(self.prefix + "mla.decode_attention", "decode", h * dcp)
+        core_pre = self.look.mla(self.prefix + "mla.prefill_attention", "prefill", h)
+        if not ((s.num_decodes and core_dec) or (s.num_prefills and core_pre)):
+            # the measured attention cores include the layer norms and RoPE
+            self.add(
+                "mla.norm_rope", "elementwise", "attention", n,
+                ops.elementwise(t * (lat + h * mla.qk_rope_head_dim), 6.0), bf16,
+            )  # fmt: skip
+        if s.num_decodes:
+            td = float(s.decode_tokens)
+            self.add(
+                "mla.w_uk_absorb", "gemm", "attention", n,
+                ops.bmm(h, td, mla.kv_lora_rank, mla.qk_nope_head_dim, w), self.peak("attention"),
+                self.look.bmm(self.prefix + "mla.w_uk_absorb", "w_uk", h), (td,),
+            )  # fmt: skip
+            # after the query all-gather each DCP rank attends dcp x h heads over its 1/dcp shard
+            per_req_kv = s.decode_kv / s.num_decodes / dcp
+            work = ops.mla_decode(s.num_decodes, per_req_kv, h * dcp, kv_tok, td / s.num_decodes)
+            self.add(
+                "mla.decode_attention", "mla_decode", "attention", n, work, bf16,
+                core_dec, (td, per_req_kv),
+            )  # fmt: skip
+            self.add(
+                "mla.w_uv", "gemm", "attention", n,
+                ops.bmm(h, td, mla.v_head_dim, mla.kv_lora_rank, w), self.peak("attention"),
+                self.look.bmm(self.prefix + "mla.w_uv", "w_uv", h), (td,),
+            )  # fmt: skip
+            if dcp > 1:
+                self.collective("dcp.q_allgather", "allgather", n, td * h * lat * 2, dcp)
+                self.collective("dcp.lse_allgather", "allgather", n, td * h * dcp * 4, dcp)
+                out = td * h * mla.kv_lora_rank * 2
+                self.collective("dcp.out_reducescatter", "reducescatter", n, out, dcp)
+        if s.num_prefills:
+            work = ops.mla_prefill_work(s.prefill_kv, s.prefill_tokens, s.prefill_pairs, h, kv_tok)
+            isl = causal_length(s.prefill_pairs, s.num_prefills)
+            self.add(
+                "mla.prefill_attention", "mla_prefill", "attention", n, work, bf16,
+                core_pre, (float(s.num_prefills), isl),
+            )  # fmt: skip
+            prefix_tokens = s.prefill_kv - s.num_prefills * isl
+            if core_pre is not None and prefix_tokens > 0:
+                # the cached context is re-projected (kv_b) on every chunk: a GEMM of its own
+                kv_out = h * (mla.qk_nope_head_dim + mla.v_head_dim)
+                self.gemm(
+                    "mla.kv_b_context", "attention", n, prefix_tokens, kv_out, mla.kv_lora_rank,
+                    "attention",
+                )  # fmt: skip
+            if dcp > 1:
+                ctx_shard = (s.prefill_kv - s.prefill_tokens) / dcp * kv_tok
+                self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp)
+        if mla.output_gate:
+            self.gemm("mla.output_gate", "attention", n, t, h * mla.v_head_dim, d, "attention")
+        self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, "attention")
+
+    def _gqa(self, kind: str, n: float) -> None:
+        m, s, t = self.m, self.s, self.t
+        card, serving = m.card, m.serving
+        g = card.gqa
+        assert g is not None
+        tp, dcp = serving.tp, serving.dcp
+        d = float(card.hidden_size)
+        h = g.num_heads / tp
+        kvh = max(g.num_kv_heads / tp, 1.0)
+        hd = float(g.head_dim)
+        bf16 = m.device.peak_flops_per_s.bf16
+        kvb = kv_element_bytes(serving.kv_cache_dtype)
+        q_out = h * hd * (2 if g.output_gate else 1)
+        name = f"{kind}."
+        window = m.window if kind == "swa" else np.inf
+        tabled = kind != "sparse_gqa"  # the tables have no block-sparse attention
+        self.gemm(name + "qkv_proj", "attention", n, t, q_out + 2 * kvh * hd, d, "attention")
+        self.add(
+            name + "rope", "elementwise", "attention", n,
+            ops.elementwise(t * (h + kvh) * hd, 4.0), bf16,
+        )  # fmt: skip
+        if s.num_decodes:
+            kv = {"swa": s.decode_kv_window, "sparse_gqa": s.decode_kv_sparse}.get(
+                kind, s.decode_kv
+            )
+            q = s.decode_tokens / s.num_decodes
+            per_req = kv / s.num_decodes / dcp
+            work = ops.attn_decode(s.num_decodes, per_req, h * dcp, kvh, hd, kvb, q)
+            curve = (
+                self.look.attention(
+                    self.prefix + name + "decode_attention", "decode", hd, window, h * dcp, kvh
+                )
+                if tabled
+                else None
+            )
+            self.add(
+                name + "decode_attention", "attn_decode", "attention", n, work, bf16,
+                curve, (float(s.decode_tokens), min(per_req, window)),
+            )  # fmt: skip
+            if kind == "sparse_gqa" and g.index_num_heads and g.index_head_dim:
+                # the indexer scores every cached token with its own small keys
+                idx = ops.attn_decode(
+                    s.num_decodes, s.decode_kv / s.num_decodes / dcp,
+                    max(g.index_num_heads / tp, 1.0), max(g.index_num_heads / tp, 1.0),
+                    g.index_head_dim / 2, kvb, q,
+                )  # fmt: skip
+                self.add(name + "indexer", "attn_decode", "attention", n, idx, bf16)
+            if dcp > 1:
+                td = float(s.decode_tokens)
+                self.collective(name + "dcp_q_allgather", "allgather", n, td * h * hd * 2, dcp)
+                self.collective(
+                    name + "dcp_out_reducescatter", "reducescatter", n, td * h * hd * 2, dcp
+                )
+        if s.num_prefills:
+            windowed = kind == "swa"
+            pairs = s.prefill_pairs_window if windowed else s.prefill_pairs
+            work = ops.attn_prefill_work(
+                s.prefill_kv_window if windowed else s.prefill_kv,
+                s.prefill_tokens, pairs, h, kvh, hd, kvb,
+            )  # fmt: skip
+            curve = (
+                self.look.attention(
+                    self.prefix + name + "prefill_attention", "prefill", hd, window, h, kvh
+                )
+                if tabled
+                else None
+            )
+            at = (float(s.num_prefills), causal_length(pairs, s.num_prefills))
+            self.add(
+                name + "prefill_attention", "attn_prefill", "attention", n, work, bf16, curve, at
+            )
+        self.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
+
+    def _linear(self, n: float) -> None:
+        m, s, t = self.m, self.s, self.t
+        card, serving = m.card, m.serving
+        la = card.linear_attention
+        assert la is not None
+        tp = serving.tp
+        d = float(card.hidden_size)
+        hv, hk = la.num_v_heads / tp, la.num_k_heads / tp
+        dk, dv = float(la.head_k_dim), float(la.head_v_dim)
+        bf16 = m.device.peak_flops_per_s.bf16
+        conv = la.conv_dim / tp
+        state_b = STATE_BYTES[serving.state_dtype or la.state_dtype]
+        proj = conv + hv  # q, k, v (+ beta)
+        if la.kind == "gdn":
+            proj += hv * dv + hv  # z (output gate) and a
+        elif la.full_rank_gate:
+            proj += hv * dk + hv * dv  # decay and output gates at full rank
+        else:
+            self.gemm("kda.gate_a_proj", "recurrent", n, t, dk + dv, d, "linear_attention")
+            self.gemm("kda.gate_b_proj", "recurrent", n, t, hv * (dk + dv), dk, "linear_attention")
+        self.gemm(f"{la.kind}.in_proj", "recurrent", n, t, proj, d, "linear_attention")
+        fused = False  # KDA's measured decode kernel includes the short conv and gated norm
+        if s.num_prefills:
+            # decodes batched with prefills take the chunked kernel as length-1 sequences
+            seqs = s.num_prefills + s.num_decodes
+            work = ops.kda_prefill(seqs, s.num_tokens / seqs, hv, dk, state_b, dv)
+            curve = self.look.linear(f"{self.prefix}{la.kind}.chunked_prefill", "prefill", hk, hv)
+            self.add(
+                f"{la.kind}.chunked_prefill", "kda_prefill", "recurrent", n, work, bf16,
+                curve, (float(seqs), s.num_tokens / seqs),
+            )  # fmt: skip
+        else:
+            q = s.decode_tokens / s.num_decodes
+            work = ops.kda_decode(s.num_decodes, hv, dk, dv, state_b, q)
+            phase = "decode" if q == 1 else "verify"
+            curve = self.look.linear(f"{self.prefix}{la.kind}.recurrent_{phase}", phase, hk, hv)
+            at = (float(s.num_decodes),) if q == 1 else (float(s.num_decodes), q)
+            self.add(
+                f"{la.kind}.recurrent_decode", "kda_decode", "recurrent", n, work, bf16, curve, at
+            )
+            fused = curve is not None and la.kind == "kda" and q == 1
+        if not fused:
+            self.add(
+                f"{la.kind}.short_conv", "elementwise", "recurrent", n,
+                ops.elementwise(t * conv, 4.0, 8.0), bf16,
+            )  # fmt: skip
+            self.add(
+                f"{la.kind}.out_norm_gate", "elementwise", "recurrent", n,
+                ops.elementwise(t * hv * dv, 6.0), bf16,
+            )  # fmt: skip
+        self.gemm(f"{la.kind}.o_proj", "recurrent", n, t, d, hv * dv, "linear_attention")
+
+    def _dense_mlp(self, n: float) -> None:
+        m, t = self.m, self.t
+        inter = (m.card.dense_intermediate_size or 0) / m.serving.tp
+        d = float(m.card.hidden_size)
+        self.gemm("mlp.gate_up", "dense", n, t, 2 * inter, d, "dense_mlp")
+        self.add(
+            "mlp.act", "elementwise", "dense", n, ops.elementwise(t * inter, 6.0),
+            self.peak("dense_mlp"),
+        )  # fmt: skip
+        self.gemm("mlp.down", "dense", n, t, d, inter, "dense_mlp")
+        self.collective("mlp_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, m.serving.tp)
+
+    def _moe(self, n: float) -> None:
+        m, t = self.m, self.t
+        card, serving = m.card, m.serving
+        moe = card.moe
+        assert moe is not None
+        tp, ep = serving.tp, serving.ep
+        d = float(card.hidden_size)
+        dr = float(moe.routed_hidden_size or card.hidden_size)
+        bf16 = m.device.peak_flops_per_s.bf16
+        self.gemm("moe.router", "moe", n, t, moe.num_experts, d, "router")
+        if moe.routed_hidden_size:
+            self.gemm("moe.latent_down", "moe", n, t, dr, d, "moe_latent")
+            self.gemm("moe.latent_up", "moe", n, t, d, dr, "moe_latent")
+        # with EP every rank sees the tokens of all DP ranks (same batch assumed on each)
+        tokens = t * serving.dp if ep > 1 else t
+        work = ops.moe(
+            tokens, dr, moe.expert_intermediate_size, moe.num_experts, moe.top_k,
+            ep, 1 if ep > 1 else tp, self.wbytes("routed_experts"),
+        )  # fmt: skip
+        precision = precision_of(card, serving, "routed_experts")
+        curve = self.look.moe(self.prefix + "moe.routed_experts", precision, dr, tp, ep)
+        self.add(
+            "moe.routed_experts", "moe", "moe", n, work, self.peak("routed_experts"),
+            curve, (tokens,),
+        )  # fmt: skip
+        if moe.num_shared_experts:
+            si = (
+                moe.num_shared_experts
+                * (moe.shared_intermediate_size or moe.expert_intermediate_size)
+                / tp
+            )
+            self.gemm("moe.shared_gate_up", "moe", n, t, 2 * si, d, "shared_experts")
+            self.gemm("moe.shared_down", "moe", n, t, d, si, "shared_experts")
+        if curve is None:  # the measured MoE includes the activation and the weighted sum
+            self.add(
+                "moe.act_sum", "elementwise", "moe", n,
+                ops.elementwise(t * moe.top_k * dr, 4.0), bf16,
+            )  # fmt: skip
+        if ep > 1 and serving.dp > 1:
+            disp = t * moe.top_k * dr * ops.ACT_BYTES
+            self.collective("moe.dispatch_alltoall", "alltoall", n, disp, ep)
+            self.collective("moe.combine_alltoall", "alltoall", n, disp, ep)
+        else:
+            self.collective("moe_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, tp)
+
+    def _head(self) -> None:
+        m, s, t = self.m, self.s, self.t
+        card, tp = m.card, m.serving.tp
+        d = float(card.hidden_size)
+        bf16 = m.device.peak_flops_per_s.bf16
+        vocab = card.vocab_size / tp
+        self.add("embedding", "elementwise", "dense", 1, ops.elementwise(t * d, 4.0, 0.0), bf16)
+        self.collective("embedding_allreduce", "allreduce", 1, t * d * ops.ACT_BYTES, tp)
+        # logits for the last token of every request (all 1 + K positions of a verify)
+        rows = float(s.decode_tokens + s.num_prefills)
+        self.gemm("lm_head", "dense", 1, rows, vocab, d, "lm_head")
+        self.collective("logits_allgather", "allgather", 1, rows * vocab * 4.0, tp)
+        self.add(
+            "sampling", "elementwise", "dense", 1,
+            ops.elementwise(rows * card.vocab_size, 8.0), bf16,
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- pricing
+
+    def finish(self, detail: bool) -> StepCost:
+        m = self.m
+        lat = m.latency
+        per_cat = np.zeros(len(CATEGORIES))
+        lines: list[OpLine] = []
+        gpu = 0.0
+        if self.rows:
+            names, classes, cats, counts, flops, bytes_, kernels, peaks = zip(
+                *self.rows, strict=True
+            )
+            kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
+            shapes = None
+            if self.want_shapes:
+                shapes = np.full((len(classes), 4), np.nan)
+                for i, shape in self.shapes.items():
+                    shapes[i] = shape
+            rest = [i for i in range(len(classes)) if i not in self.curves]
+            secs = np.empty(len(classes))
+            if rest:
+                idx = np.array(rest)
+                secs[idx] = lat.compute_seconds_mixed(
+                    [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
+                    np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
+                )  # fmt: skip
+            for i, (curve, at) in self.curves.items():
+                secs[i] = curve.seconds(*at)
+            total = secs * np.array(counts)
+            per_cat += np.bincount(cats, weights=total, minlength=len(CATEGORIES))
+            gpu += float(total.sum())
+            if detail:
+                cat_names = [CATEGORIES[c] for c in cats]
+                lines += [
+                    OpLine(*row)
+                    for row in zip(
+                        names,
+                        classes,
+                        cat_names,
+                        counts,
+                        flops,
+                        bytes_,
+                        total.tolist(),
+                        strict=True,
+                    )
+                ]
+        if self.fused:
+            launches = (
+                FUSED_KERNELS_PER_LAYER * m.card.layers.count * m.device.roofline.kernel_launch_s
+            )
+            per_cat[self.cat_index["overhead"]] += launches
+            gpu += launches
+        if self.colls:
+            comm = self._collectives(lines if detail else None)
+            per_cat[self.cat_index["communication"]] += comm
+            gpu += comm
+        cpu = m.cpu_seconds(self.s) if self.rows else 0.0
+        step = max(gpu, cpu)
+        per_cat[self.cat_index["overhead"]] += step - gpu
+        return StepCost(
+            seconds=step,
+            gpu_s=gpu,
+            cpu_s=cpu,
+            breakdown_s=dict(zip(CATEGORIES, per_cat.tolist(), strict=True)),
+            padded_tokens=int(self.t),
+            lines=tuple(lines),
+        )
+
+    def _collectives(self, lines: list[OpLine] | None) -> float:
+        lat = self.m.latency
+        names, classes, counts, sizes, worlds, curves = zip(*self.colls, strict=True)
+        secs = lat.collective_seconds_mixed(list(classes), list(sizes), list(worlds))
+        zero = lat.collective_seconds_mixed(list(classes), [0.0] * len(sizes), list(worlds))
+        for i, curve in enumerate(curves):
+            if curve is not None:
+                secs[i] = curve.seconds(sizes[i])
+                zero[i] = curve.seconds(1.0)
+        if self.fused:  # fused kernels hide the latency term of small collectives
+            secs = [max(t - z, 0.0) for t, z in zip(secs, zero, strict=True)]
+        total = np.array(secs) * np.array(counts)
+        if lines is not None:
+            lines += [
+                OpLine(nm, cl, "communication", c, 0.0, b, sec)
+                for nm, cl, c, b, sec in zip(
+                    names, classes, counts, sizes, total.tolist(), strict=True
+                )
+            ]
+        return float(total.sum())

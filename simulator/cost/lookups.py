@@ -1,0 +1,156 @@
+"""The step model's questions to the measured tables: which kind, family and axes each op
+line maps to, bound once per line name (``Curve``), answered per step in microseconds.
+
+Mapping rules (docs/measured.md has the sources):
+
+* plain GEMMs: the table's format for the weight precision (fp8 block-scaled weights read
+  the per-tensor FP8 rows, fp16/fp32 the BF16 rows); MXFP4 / INT4 dense GEMMs have no table
+  and get the roofline fitted to the device's GEMM tables;
+* MoE: routed experts only (the table excludes router GEMM, shared experts and collectives,
+  and includes routing, both grouped GEMMs, the activation and the weighted sum); TP and EP
+  as the table measures them (tp with ep 1, or ep with tp 1); token skew as vLLM's
+  collector draws it (``moe_distribution``);
+* attention: per-rank heads; decode queries of a speculative verify count as requests;
+  a prefill chunk over a cached prefix is looked up at the causal length with the same
+  (query, key) pairs;
+* MLA: the attention core derived from the module tables (norms, RoPE, kv_b for new tokens,
+  absorbed BMMs excluded: they are their own lines), for the DeepSeek MLA layout only;
+* KDA / GDN: the recurrent kernels (KDA decode's fused kernel includes the short conv and
+  gated norm, so those lines are dropped);
+* collectives: vLLM's all-reduce table (custom all-reduce, NCCL above its limit), NCCL's
+  for the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from simulator.measured.tables import KIND_CLASS
+from simulator.specs.model import ModelCard
+from simulator.specs.serving import ServingConfig
+
+if TYPE_CHECKING:
+    from simulator.measured.device import DeviceTables
+    from simulator.measured.lookup import Curve
+
+GEMM_TABLE_PRECISION = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8_block": "fp8"}
+KV_TABLE_DTYPE = {"auto": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8"}
+# routers with grouped / bias-corrected top-k and many fine experts: the aiconfigurator SDK's
+# per-model skew (models/deepseek.py etc.: 1.01; generic MoE in models/moe.py: 1.2)
+LOW_SKEW_MODEL_TYPES = frozenset({"deepseek_v3", "kimi_k2", "kimi_k3", "kimi_linear", "minimax_m3"})
+DEEPSEEK_MLA = (512, 64, 128, 128)  # kv_lora, rope, nope, v of the module tables
+_MISSING = object()
+
+
+def moe_distribution(card: ModelCard, serving: ServingConfig) -> str:
+    if serving.moe_token_distribution != "auto":
+        return serving.moe_token_distribution
+    return "power_law_1.01" if card.model_type in LOW_SKEW_MODEL_TYPES else "power_law_1.2"
+
+
+def causal_length(pairs: float, sequences: float) -> float:
+    """The new-token count whose causal (query, key) pairs, with no prefix, equal ``pairs``
+    per sequence: s (s + 1) / 2 = pairs / sequences."""
+    per = pairs / max(sequences, 1.0)
+    return (math.sqrt(1.0 + 8.0 * per) - 1.0) / 2.0
+
+
+class Lookups:
+    """Curves of one step model, by op line name (None: the line stays on the roofline)."""
+
+    def __init__(
+        self,
+        tables: DeviceTables | None,
+        card: ModelCard,
+        serving: ServingConfig,
+        skip_classes: frozenset[str] = frozenset(),
+    ) -> None:
+        self.tables, self.card, self.serving = tables, card, serving
+        self.skip = skip_classes  # answered by the device's own calibration instead
+        self._by_name: dict[str, Any] = {}
+        mla = card.mla
+        self.mla_ok = (
+            mla is not None
+            and (mla.kv_lora_rank, mla.qk_rope_head_dim, mla.qk_nope_head_dim, mla.v_head_dim)
+            == DEEPSEEK_MLA
+        )
+
+    def _bind(
+        self,
+        name: str,
+        kind: str,
+        family: dict[str, Any],
+        fixed: dict[str, float],
+        free: tuple[str, ...],
+    ) -> Curve | None:
+        found = self._by_name.get(name, _MISSING)
+        if found is _MISSING:
+            t = self.tables
+            skip = t is None or kind not in t.models or KIND_CLASS.get(kind, kind) in self.skip
+            found = None if skip else t.curve(kind, family, fixed, free)  # type: ignore[union-attr]
+            self._by_name[name] = found
+        return found  # type: ignore[no-any-return]
+
+    def gemm(self, name: str, precision: str, n: float, k: float) -> Curve | None:
+        dtype = GEMM_TABLE_PRECISION.get(precision, precision)
+        return self._bind(name, "gemm", {"dtype": dtype}, {"n": n, "k": k}, ("m",))
+
+    def bmm(self, name: str, which: str, heads: float) -> Curve | None:
+        if not self.mla_ok:
+            return None
+        return self._bind(name, "bmm", {"which": which}, {"num_heads": heads}, ("num_tokens",))
+
+    def moe(self, name: str, precision: str, hidden: float, tp: int, ep: int) -> Curve | None:
+        moe = self.card.moe
+        assert moe is not None
+        family = {
+            "dtype": precision,
+            "hidden": hidden,
+            "inter": moe.expert_intermediate_size,
+            "topk": moe.top_k,
+            "num_experts": moe.num_experts,
+            "tp": 1 if ep > 1 else tp,
+            "ep": ep,
+            "distribution": moe_distribution(self.card, self.serving),
+        }
+        return self._bind(name, "moe", family, {}, ("num_tokens",))
+
+    def attention(
+        self, name: str, phase: str, head_dim: float, window: float, heads: float, kv_heads: float
+    ) -> Curve | None:
+        kv = KV_TABLE_DTYPE.get(self.serving.kv_cache_dtype)
+        if kv is None:
+            return None
+        family = {
+            "kv_dtype": kv,
+            "head_dim": head_dim,
+            "window": 0.0 if math.isinf(window) else window,
+            "num_heads": heads,
+            "num_kv_heads": kv_heads,
+        }
+        free = ("batch", "ctx_len") if phase == "decode" else ("batch", "seq_len")
+        return self._bind(name, f"attn_{phase}", family, {}, free)
+
+    def mla(self, name: str, phase: str, heads: float) -> Curve | None:
+        kv = KV_TABLE_DTYPE.get(self.serving.kv_cache_dtype)
+        if not self.mla_ok or kv is None:
+            return None
+        free = ("batch", "ctx_len") if phase == "decode" else ("batch", "seq_len")
+        return self._bind(name, f"mla_{phase}", {"kv_dtype": kv}, {"num_heads": heads}, free)
+
+    def linear(self, name: str, phase: str, hk: float, hv: float) -> Curve | None:
+        la = self.card.linear_attention
+        assert la is not None
+        if (la.head_k_dim, la.head_v_dim) != (128, 128) or (la.kind != "kda" and phase == "verify"):
+            return None
+        family = {"kind": la.kind, "num_k_heads": hk, "num_v_heads": hv}
+        free = {
+            "prefill": ("batch", "seq_len"),
+            "decode": ("batch",),
+            "verify": ("batch", "queries"),
+        }
+        return self._bind(name, f"kda_{phase}", family, {}, free[phase])
+
+    def collective(self, name: str, op_class: str, world: float) -> Curve | None:
+        return self._bind(name, op_class, {"world": world}, {}, ("bytes",))

@@ -1,0 +1,153 @@
+"""Measured latencies on a tensor grid, interpolated in log space.
+
+A ``Grid`` holds log(seconds) of one kernel family on the tensor product of the distinct
+values of its continuous coordinates (tokens, context, bytes, ...), all in log space.
+
+* Inside the grid: multilinear interpolation of log(seconds) over log(coordinates). At a
+  measured point it returns the measurement; between points it never leaves the range of
+  the surrounding corners, so it is monotone along every axis on which the data is.
+* Along axes where the kernel's latency cannot fall (``monotone``), the measured values are
+  made non-decreasing first (a running maximum: a later point faster than an earlier one
+  is timing noise or a kernel switch the serving engine would not make).
+* Cells the tables lack (a shape that failed or was never collected) are filled with the
+  baseline (the roofline fitted to the same tables) times the mean measured/baseline ratio
+  of their filled neighbours, spreading out from the measured cells.
+* Outside the grid: the value at the nearest grid point, scaled by the baseline's ratio
+  between the query and that point (``extrapolated`` is set).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+# log-seconds of the baseline model at points given as rows of coordinates (not logs)
+Baseline = Callable[[Array], Array]
+FILL_SWEEPS = 200
+
+
+class Grid:
+    def __init__(
+        self,
+        names: Sequence[str],
+        coords: Array,
+        seconds: Array,
+        baseline: Baseline,
+        monotone: Sequence[str] = (),
+    ) -> None:
+        pts = np.asarray(coords, dtype=np.float64).reshape(len(seconds), len(names))
+        t = np.asarray(seconds, dtype=np.float64)
+        if t.size == 0 or np.any(pts <= 0) or np.any(t <= 0):
+            raise ValueError("a grid needs at least one point with positive coordinates and time")
+        self.names = tuple(names)
+        self.baseline = baseline
+        self.values_per_axis = [np.unique(pts[:, j]) for j in range(len(names))]
+        self.axes = [np.log(v) for v in self.values_per_axis]
+        shape = tuple(v.size for v in self.values_per_axis)
+        index = tuple(np.searchsorted(v, pts[:, j]) for j, v in enumerate(self.values_per_axis))
+        # duplicates (one shape timed twice) keep their median
+        flat = np.ravel_multi_index(index, shape)
+        logs = np.log(t)
+        order = np.lexsort((logs, flat))
+        flat_s, log_s = flat[order], logs[order]
+        cells, start, counts = np.unique(flat_s, return_index=True, return_counts=True)
+        medians = (log_s[start + (counts - 1) // 2] + log_s[start + counts // 2]) / 2.0
+        log_t = np.full(int(np.prod(shape)), np.nan)
+        log_t[cells] = medians
+        self.measured = ~np.isnan(log_t.reshape(shape))
+        self.log_t = _fill(log_t.reshape(shape), self._cell_baseline(shape))
+        for name in monotone:
+            self.log_t = np.maximum.accumulate(self.log_t, axis=self.names.index(name))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.names)
+
+    def _cell_baseline(self, shape: tuple[int, ...]) -> Array:
+        mesh = np.meshgrid(*self.values_per_axis, indexing="ij")
+        points = np.column_stack([m.ravel() for m in mesh])
+        return self.baseline(points).reshape(shape)
+
+    def log_seconds(self, points: Array) -> tuple[Array, NDArray[np.bool_]]:
+        """log(seconds) at ``points`` (rows of coordinates) and whether each was outside."""
+        x = np.log(np.asarray(points, dtype=np.float64).reshape(-1, self.ndim))
+        clamped = np.empty_like(x)
+        outside = np.zeros(x.shape[0], dtype=bool)
+        for j, axis in enumerate(self.axes):
+            c = np.clip(x[:, j], axis[0], axis[-1])
+            outside |= np.abs(c - x[:, j]) > 1e-9
+            clamped[:, j] = c
+        value = self._interpolate(clamped)
+        if outside.any():
+            sel = np.flatnonzero(outside)
+            value[sel] += self.baseline(np.exp(x[sel])) - self.baseline(np.exp(clamped[sel]))
+        return value, outside
+
+    def _interpolate(self, x: Array) -> Array:
+        """Multilinear interpolation of ``log_t`` at log-coordinates ``x`` inside the grid."""
+        lo_idx, weights = [], []
+        for j, axis in enumerate(self.axes):
+            if axis.size == 1:
+                lo_idx.append(np.zeros(x.shape[0], dtype=np.intp))
+                weights.append(np.zeros(x.shape[0]))
+                continue
+            i = np.clip(np.searchsorted(axis, x[:, j], side="right") - 1, 0, axis.size - 2)
+            w = (x[:, j] - axis[i]) / (axis[i + 1] - axis[i])
+            lo_idx.append(i)
+            weights.append(np.clip(w, 0.0, 1.0))
+        out = np.zeros(x.shape[0])
+        for corner in range(1 << self.ndim):
+            idx, wt = [], np.ones(x.shape[0])
+            for j in range(self.ndim):
+                up = (corner >> j) & 1
+                if up and self.axes[j].size == 1:
+                    wt = np.zeros(x.shape[0])
+                    idx.append(lo_idx[j])
+                    continue
+                idx.append(lo_idx[j] + up)
+                wt = wt * (weights[j] if up else 1.0 - weights[j])
+            out += wt * self.log_t[tuple(idx)]
+        return out
+
+
+def _fill(log_t: Array, base: Array) -> Array:
+    """Missing cells: baseline + the mean residual of their filled neighbours, spreading out
+    from the measured cells one ring per sweep (the mean residual where nothing reaches)."""
+    if not np.isnan(log_t).any():
+        return log_t
+    resid = log_t - base
+    known = ~np.isnan(resid)
+    for _ in range(FILL_SWEEPS):
+        if known.all():
+            break
+        total = np.zeros_like(resid)
+        count = np.zeros_like(resid)
+        filled = np.where(known, resid, 0.0)
+        for axis in range(resid.ndim):
+            for shift in (1, -1):
+                total += _shifted(filled, shift, axis)
+                count += _shifted(known.astype(np.float64), shift, axis)
+        new = ~known & (count > 0)
+        if not new.any():
+            break
+        resid[new] = total[new] / count[new]
+        known = known | new
+    resid[~known] = np.nanmean(resid[known]) if known.any() else 0.0
+    out: Array = base + resid
+    return out
+
+
+def _shifted(a: Array, shift: int, axis: int) -> Array:
+    """``a`` moved by one cell along ``axis`` with zeros shifted in (no wrap-around)."""
+    out = np.zeros_like(a)
+    src = [slice(None)] * a.ndim
+    dst = [slice(None)] * a.ndim
+    if shift > 0:
+        src[axis], dst[axis] = slice(0, -1), slice(1, None)
+    else:
+        src[axis], dst[axis] = slice(1, None), slice(0, -1)
+    out[tuple(dst)] = a[tuple(src)]
+    return out

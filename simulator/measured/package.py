@@ -1,0 +1,120 @@
+"""Where the public silicon-measured op tables are, and which of them the planner reads.
+
+The tables ship in the ``aiconfigurator-core`` package (Apache-2.0; the ``measured`` extra)
+as parquet files under ``aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/``.
+The planner reads them as data only: it never imports the package (its estimators are not
+used), it only locates the package's folder. For each op folder it reads the vLLM backend at
+its newest version (``comm/nccl`` for NCCL collectives, which are not backend-specific).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+PACKAGE = "aiconfigurator-core"
+MODULE = "aiconfigurator_core"
+TESTED_VERSION = "0.12.0"
+# Point the planner at another copy of the data folder (``<...>/systems/data``): tests use it
+# for the committed fixture, and a user can pin a downloaded release.
+ENV_DATA_DIR = "PLAN_MEASURED_DATA"
+# (op folder, backend folder, parquet file) of every table the planner reads
+TABLE_FILES: dict[str, tuple[str, str, str]] = {
+    "gemm": ("gemm", "vllm", "gemm_perf.parquet"),
+    "moe": ("moe", "vllm", "moe_perf.parquet"),
+    "context_attention": ("attention", "vllm", "context_attention_perf.parquet"),
+    "generation_attention": ("attention", "vllm", "generation_attention_perf.parquet"),
+    "mla_context_module": ("mla", "vllm", "mla_context_module_perf.parquet"),
+    "mla_generation_module": ("mla", "vllm", "mla_generation_module_perf.parquet"),
+    "mla_bmm": ("mla_bmm", "vllm", "mla_bmm_perf.parquet"),
+    "kda": ("kda", "vllm", "kda_perf.parquet"),
+    "gdn": ("linear_attention", "vllm", "gdn_perf.parquet"),
+    "custom_allreduce": ("comm", "vllm", "custom_allreduce_perf.parquet"),
+    "nccl": ("comm", "nccl", "nccl_perf.parquet"),
+}
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One parquet table the planner read, with what it takes to reproduce the read."""
+
+    name: str  # key of TABLE_FILES
+    path: Path
+    relative: str  # <system>/<op>/<backend>/<version>/<file>
+    backend_version: str
+
+    def sha256(self) -> str:
+        return _sha256(self.path)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """The package's data folder (or an override) and its version."""
+
+    root: Path  # .../systems/data
+    package_version: str  # "0.12.0", or "override" for a PLAN_MEASURED_DATA folder
+
+    def tables(self, system: str) -> dict[str, TableFile]:
+        """The newest version of every table the system has, by TABLE_FILES name."""
+        out: dict[str, TableFile] = {}
+        base = self.root / system
+        for name, (op, backend, file) in TABLE_FILES.items():
+            folder = base / op / backend
+            if not folder.is_dir():
+                continue
+            versions = [v for v in folder.iterdir() if (v / file).is_file()]
+            if not versions:
+                continue
+            newest = max(versions, key=lambda v: _version_key(v.name))
+            rel = f"{system}/{op}/{backend}/{newest.name}/{file}"
+            out[name] = TableFile(name, newest / file, rel, newest.name)
+        return out
+
+
+def _version_key(name: str) -> tuple[int, Version | str]:
+    try:
+        return (1, Version(name))
+    except InvalidVersion:
+        return (0, name)
+
+
+@cache
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@cache
+def data_source() -> DataSource | None:
+    """Where the tables are: ``$PLAN_MEASURED_DATA``, else the installed package, else None."""
+    override = os.environ.get(ENV_DATA_DIR)
+    if override:
+        return DataSource(Path(override), "override")
+    try:
+        spec = importlib.util.find_spec(MODULE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    if not root.is_dir():
+        return None
+    try:
+        version = importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return DataSource(root, version)
+
+
+def unavailable_note() -> str:
+    """The one line a run prints when no tables are installed."""
+    return (
+        f"measured op tables not installed ({PACKAGE}=={TESTED_VERSION}: "
+        "pip install '.[measured]'); every device runs on roofline priors"
+    )

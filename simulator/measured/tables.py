@@ -1,0 +1,339 @@
+"""Read the public vLLM op tables and turn each into rows in the planner's own terms.
+
+Every table becomes one or more *kinds*: a frame with the kind's family columns (what must
+match a query exactly: formats, head counts, parallelism), its axis columns (what varies
+within a family and is interpolated: tokens, batch, context, bytes) and ``seconds``.
+The readings of the columns (units, what each row includes) are documented per reader and
+in docs/measured.md; the sources are the package's collectors (``collector/vllm/*.py`` and
+``collector/network/*.py`` of ai-dynamo/aiconfigurator).
+
+Rows are dropped, with the reason recorded in ``dropped``, when they do not measure what
+vLLM serves: the fp8 block-scaled GEMMs (timed without a CUDA graph: a 55-190 us host floor
+below m ~ 4096, where the per-tensor FP8 rows, timed in a graph, move the same bytes) and
+Kimi K3's prefill conv rows (the collector's host sync, ~0.26 ms a call, dominates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.measured.package import TableFile
+from simulator.specs.loading import SpecError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MS = 1e-3
+US = 1e-6
+# table dtype name -> the planner's weight precision
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
+MOE_DTYPES = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "w4a16_mxfp4": "mxfp4",  # MXFP4 weights, BF16 activations (Triton / Marlin / trtllm)
+    "int4_wo": "int4_g128",  # INT4 weight-only (Marlin; the table's checkpoint uses groups of 32)
+}
+KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+NCCL_OPS = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "alltoall": "alltoall",
+}
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """How rows of one kind are keyed: exact-match family columns and interpolated axes."""
+
+    family: tuple[str, ...]
+    axes: tuple[str, ...]
+    monotone: tuple[str, ...]  # axes along which latency cannot fall
+
+
+KINDS: dict[str, KindSpec] = {
+    "gemm": KindSpec(("dtype",), ("m", "n", "k"), ("m",)),
+    "bmm": KindSpec(("which",), ("num_tokens", "num_heads"), ("num_tokens",)),
+    "moe": KindSpec(
+        ("dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),
+        ("num_tokens",),
+        ("num_tokens",),
+    ),
+    "attn_decode": KindSpec(
+        ("kv_dtype", "head_dim", "window", "num_heads", "num_kv_heads"),
+        ("batch", "ctx_len"),
+        ("batch", "ctx_len"),
+    ),
+    "attn_prefill": KindSpec(
+        ("kv_dtype", "head_dim", "window", "num_heads", "num_kv_heads"),
+        ("batch", "seq_len"),
+        ("batch", "seq_len"),
+    ),
+    "mla_decode_module": KindSpec(
+        ("kv_dtype",), ("num_heads", "batch", "ctx_len"), ("batch", "ctx_len")
+    ),
+    "mla_prefill_module": KindSpec(
+        ("kv_dtype",), ("num_heads", "batch", "seq_len"), ("batch", "seq_len")
+    ),
+    # the attention cores derived from the modules (``device.mla_core_frame``)
+    "mla_decode": KindSpec(("kv_dtype",), ("num_heads", "batch", "ctx_len"), ("batch", "ctx_len")),
+    "mla_prefill": KindSpec(("kv_dtype",), ("num_heads", "batch", "seq_len"), ("batch", "seq_len")),
+    "kda_prefill": KindSpec(
+        ("kind", "num_k_heads", "num_v_heads"), ("batch", "seq_len"), ("batch", "seq_len")
+    ),
+    "kda_decode": KindSpec(("kind", "num_k_heads", "num_v_heads"), ("batch",), ("batch",)),
+    "kda_verify": KindSpec(
+        ("kind", "num_k_heads", "num_v_heads"), ("batch", "queries"), ("batch", "queries")
+    ),
+    "allreduce": KindSpec(("world",), ("bytes",), ("bytes",)),
+    "allgather": KindSpec(("world",), ("bytes",), ("bytes",)),
+    "reducescatter": KindSpec(("world",), ("bytes",), ("bytes",)),
+    "alltoall": KindSpec(("world",), ("bytes",), ("bytes",)),
+}
+
+
+# kind of table -> op class of the step model it prices
+KIND_CLASS = {
+    "gemm": "gemm",
+    "bmm": "gemm",
+    "moe": "moe",
+    "attn_decode": "attn_decode",
+    "attn_prefill": "attn_prefill",
+    "mla_decode_module": "mla_decode",
+    "mla_prefill_module": "mla_prefill",
+    "mla_decode": "mla_decode",
+    "mla_prefill": "mla_prefill",
+    "kda_prefill": "kda_prefill",
+    "kda_decode": "kda_decode",
+    "kda_verify": "kda_decode",
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "reducescatter": "reducescatter",
+    "alltoall": "alltoall",
+}
+
+
+@dataclass
+class Frames:
+    """The normalized rows of one device, by kind, and where they came from."""
+
+    frames: dict[str, pd.DataFrame] = field(default_factory=dict)
+    files: dict[str, list[TableFile]] = field(default_factory=dict)  # kind -> tables read
+    dropped: list[str] = field(default_factory=list)
+
+    def add(self, kind: str, df: pd.DataFrame, source: TableFile) -> None:
+        import pandas as pd
+
+        spec = KINDS[kind]
+        cols = [*spec.family, *spec.axes, "seconds"]
+        df = df[cols]
+        ok = np.isfinite(df["seconds"].to_numpy(dtype=np.float64)) & (df["seconds"] > 0)
+        df = df[ok]
+        if df.empty:
+            return
+        old = self.frames.get(kind)
+        self.frames[kind] = df if old is None else pd.concat([old, df], ignore_index=True)
+        self.files.setdefault(kind, []).append(source)
+
+
+def read_table(tf: TableFile, text: tuple[str, ...], numbers: tuple[str, ...]) -> pd.DataFrame:
+    """A parquet table with the columns the planner reads checked: present, and numbers
+    numeric and finite. A bad table is one SpecError (file, column or row, reason)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(tf.path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(tf.path, "(file)", f"not a readable parquet table: {reason}") from None
+    missing = [c for c in (*text, *numbers) if c not in df.columns]
+    if missing:
+        raise SpecError(tf.path, f"column {missing[0]}", "missing (the planner reads it)")
+    if df.empty:
+        raise SpecError(tf.path, "(file)", "empty table (no rows)")
+    for c in numbers:
+        values = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise SpecError(tf.path, f"row {row + 1}, column {c}", "not a finite number")
+        df[c] = values
+    return df
+
+
+def _gemm(tf: TableFile, out: Frames) -> None:
+    df = read_table(tf, ("gemm_dtype",), ("m", "n", "k", "latency"))
+    known = df["gemm_dtype"].isin(list(GEMM_DTYPES))
+    if (df["gemm_dtype"] == "fp8_block").any():
+        out.dropped.append(
+            f"{tf.relative}: fp8_block rows (timed without a CUDA graph; fp8_block GEMMs are"
+            " answered from the per-tensor fp8 rows)"
+        )
+    df = df[known]
+    frame = df.assign(
+        dtype=df["gemm_dtype"].map(GEMM_DTYPES), seconds=df["latency"].astype(float) * MS
+    )
+    out.add("gemm", frame, tf)
+
+
+def _bmm(tf: TableFile, out: Frames) -> None:
+    df = read_table(tf, ("op_name",), ("num_tokens", "num_heads", "latency"))
+    which = df["op_name"].map({"mla_gen_pre": "w_uk", "mla_gen_post": "w_uv"})
+    df = df.assign(which=which, seconds=df["latency"].astype(float) * MS)
+    out.add("bmm", df[which.notna()], tf)
+
+
+def _moe(tf: TableFile, out: Frames) -> None:
+    nums = (
+        "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+        "moe_ep_size", "latency",
+    )  # fmt: skip
+    df = read_table(tf, ("moe_dtype", "distribution"), nums)
+    df = df[df["moe_dtype"].isin(list(MOE_DTYPES))]
+    frame = df.assign(
+        dtype=df["moe_dtype"].map(MOE_DTYPES),
+        hidden=df["hidden_size"],
+        inter=df["inter_size"],
+        tp=df["moe_tp_size"],
+        ep=df["moe_ep_size"],
+        seconds=df["latency"].astype(float) * MS,
+    )
+    out.add("moe", frame, tf)
+
+
+def _attention(tf: TableFile, out: Frames, decode: bool) -> None:
+    nums = (
+        "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step",
+        "window_size", "latency",
+    )  # fmt: skip
+    df = read_table(tf, ("kv_cache_dtype",), nums)
+    df = df[df["kv_cache_dtype"].isin(list(KV_DTYPES))]
+    # num_key_value_heads equal to num_heads is plain MHA; 0 heads never occurs in the tables
+    frame = df.assign(
+        kv_dtype=df["kv_cache_dtype"].map(KV_DTYPES),
+        window=df["window_size"],
+        num_kv_heads=df["num_key_value_heads"],
+        batch=df["batch_size"],
+        seconds=df["latency"].astype(float) * MS,
+    )
+    if decode:  # `step` cached tokens: the kernel attends step + 1 keys
+        out.add("attn_decode", frame.assign(ctx_len=frame["step"] + 1), tf)
+    else:  # `isl` new tokens per sequence, no cached prefix
+        out.add("attn_prefill", frame.assign(seq_len=frame["isl"]), tf)
+
+
+def _mla_module(tf: TableFile, out: Frames, decode: bool) -> None:
+    nums = ("num_heads", "batch_size", "isl", "step", "latency")
+    df = read_table(tf, ("kv_cache_dtype", "gemm_type"), nums)
+    # the bf16-projection rows: the attention core is what is left after subtracting the
+    # projections priced from the (CUDA-graph) bf16 GEMM table
+    df = df[(df["gemm_type"] == "bfloat16") & df["kv_cache_dtype"].isin(list(KV_DTYPES))]
+    frame = df.assign(
+        kv_dtype=df["kv_cache_dtype"].map(KV_DTYPES),
+        batch=df["batch_size"],
+        seconds=df["latency"].astype(float) * MS,
+    )
+    if decode:  # `step` = keys attended, the current token included
+        out.add("mla_decode_module", frame.assign(ctx_len=frame["step"]), tf)
+    else:
+        out.add("mla_prefill_module", frame.assign(seq_len=frame["isl"]), tf)
+
+
+LINEAR_KERNELS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
+    # (table, phase) -> (kind, kernels summed into one row)
+    ("kda", "context"): ("kda_prefill", ("flashkda_fwd",)),
+    ("kda", "generation"): ("kda_decode", ("fused_kda_decode",)),
+    ("kda", "verify"): ("kda_verify", ("causal_conv1d_update", "fused_recurrent_kda")),
+    ("gdn", "context"): ("kda_prefill", ("chunk_gated_delta_rule_flashinfer",)),
+    ("gdn", "generation"): ("kda_decode", ("fused_recurrent_gated_delta_rule_packed_decode",)),
+}
+
+
+def _linear(tf: TableFile, out: Frames, table: str) -> None:
+    nums = (
+        "batch_size", "seq_len", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim",
+        "latency",
+    )  # fmt: skip
+    df = read_table(tf, ("phase", "kernel_source"), nums)
+    df = df[(df["head_k_dim"] == 128) & (df["head_v_dim"] == 128)]
+    if table == "kda":
+        out.dropped.append(
+            f"{tf.relative}: causal_conv1d_fn_qkv3 rows (eager, host sync per call); the"
+            " prefill short conv stays on the prior"
+        )
+    for (tbl, phase), (kind, kernels) in LINEAR_KERNELS.items():
+        if tbl != table:
+            continue
+        sel = df[(df["phase"] == phase) & df["kernel_source"].isin(kernels)]
+        if sel.empty:
+            continue
+        keys = ["batch_size", "seq_len", "num_k_heads", "num_v_heads"]
+        grouped = sel.groupby(keys, as_index=False).agg(
+            latency=("latency", "sum"), n=("kernel_source", "nunique")
+        )
+        grouped = grouped[grouped["n"] == len(kernels)]  # every kernel of the sum measured
+        frame = grouped.assign(
+            kind="kda" if table == "kda" else "gdn",
+            batch=grouped["batch_size"],
+            queries=grouped["seq_len"],
+            seconds=grouped["latency"].astype(float) * MS,
+        )
+        out.add(kind, frame, tf)
+
+
+def _custom_allreduce(tf: TableFile, out: Frames) -> None:
+    df = read_table(tf, ("kernel_source",), ("num_gpus", "message_size", "latency"))
+    df = df[df["kernel_source"] == "vLLM_custom_graph"]  # the eager rows add a tensor copy
+    frame = df.assign(
+        world=df["num_gpus"],
+        bytes=df["message_size"].astype(float) * 2.0,  # bf16 elements
+        seconds=df["latency"].astype(float) * MS,
+    )
+    out.add("allreduce", frame, tf)
+
+
+def _nccl(tf: TableFile, out: Frames) -> None:
+    df = read_table(tf, ("op_name", "nccl_dtype"), ("num_gpus", "message_size", "latency"))
+    df = df[df["nccl_dtype"] == "half"]
+    for op, kind in NCCL_OPS.items():
+        if kind == "allreduce" and "allreduce" in out.frames:
+            continue  # vLLM's own all-reduce (custom below its limit, NCCL above) answers
+        sel = df[df["op_name"] == op]
+        total = sel["message_size"].astype(float) * 2.0
+        # planner convention: all-gather bytes = one rank's shard; nccl-tests counts the
+        # gathered output. Reduce-scatter and all-to-all: the per-rank input buffer.
+        per_rank = total / sel["num_gpus"] if kind == "allgather" else total
+        frame = sel.assign(
+            world=sel["num_gpus"], bytes=per_rank, seconds=sel["latency"].astype(float) * MS
+        )
+        out.add(kind, frame, tf)
+
+
+READERS: dict[str, Callable[[TableFile, Frames], None]] = {
+    "gemm": _gemm,
+    "mla_bmm": _bmm,
+    "moe": _moe,
+    "context_attention": lambda tf, out: _attention(tf, out, decode=False),
+    "generation_attention": lambda tf, out: _attention(tf, out, decode=True),
+    "mla_context_module": lambda tf, out: _mla_module(tf, out, decode=False),
+    "mla_generation_module": lambda tf, out: _mla_module(tf, out, decode=True),
+    "kda": lambda tf, out: _linear(tf, out, "kda"),
+    "gdn": lambda tf, out: _linear(tf, out, "gdn"),
+    "custom_allreduce": _custom_allreduce,
+    "nccl": _nccl,  # after custom_allreduce (dict order): all-reduce from vLLM's table first
+}
+
+
+def read_frames(tables: dict[str, TableFile]) -> Frames:
+    """Every table the planner reads, normalized by kind."""
+    out = Frames()
+    for name, reader in READERS.items():
+        if name in tables:
+            reader(tables[name], out)
+    return out
