@@ -4,11 +4,11 @@ pull mode with ``bidirectional_kv_xfer``).
 The first ``prefill_replicas`` replicas form the prefill pool, the rest the decode pool, each
 behind its own router. A request prefills on a prefill replica (``max_tokens`` 1, the prompt
 less the hybrid backoff), which keeps its blocks until the decode side has read them. Its
-result reaches the proxy with the step's token (one step after the step, async scheduling)
-and goes to a decode replica, which admits it, reads the KV past its own prefix hit over the
-link (``simulator.cache.transfer``; WAITING_FOR_REMOTE_KVS), computes the last prompt token and
-decodes. TTFT = prefill queue + prefill + one step + decode queue + read + one decode step
-(+ its one-step output lag).
+result reaches the proxy with the step's token (``output_delay_s`` after the step ends, async
+scheduling) and goes to a decode replica, which admits it, reads the KV past its own prefix
+hit over the link (``simulator.cache.transfer``; WAITING_FOR_REMOTE_KVS), computes the last
+prompt token and decodes. TTFT = prefill queue + prefill + output delay + decode queue + read
++ one decode step + its output delay.
 
 Send-back: the decode replica pins a finished request's blocks for the TTL. The session's next
 turn, at its prefill replica's admission, pulls them unless fewer than the threshold tokens
@@ -136,7 +136,7 @@ class PrefillDecode:
 
     def _prefilled(self, state: ReqState) -> None:
         """A prefill-side request finished (or was rejected): hand it to the decode pool when
-        its result reaches the proxy (one step after its step, as the client would see it)."""
+        its result reaches the proxy (``output_delay_s`` after its step, as a client sees it)."""
         client = state.client
         assert client is not None
         self.pulls.pop(state.req_id, None)

@@ -7,8 +7,11 @@ growth over the run is ignored when pricing them: < 0.3 % at 100k-token contexts
 arrival interrupts the run at the next step boundary. The event count therefore scales with
 arrivals, completions and batch changes, not with output tokens.
 
-Async scheduling: a step's tokens reach the client one step late (``token_s`` = end of the
-step + its duration); the cost model already takes max(GPU, CPU) per step.
+Async scheduling: the next step runs while a step's output is processed, so a step's tokens
+reach the client ``output_delay_s`` (the device profile's ``roofline.output_delay_s``:
+device-to-host copy, detokenisation, streaming) after the step ends, not a second step
+later; the cost model already takes max(GPU, CPU) per step. The delay is the same for every
+step: inter-token gaps equal step durations and token times never go backwards.
 
 Prefill/decode disaggregation: ``simulator.disaggregation`` (two pools of these replicas).
 """
@@ -26,7 +29,8 @@ import simpy
 
 from simulator.cache.prefix import HitLike
 from simulator.cache.transfer import Nics
-from simulator.cost.step import StepCostModel, StepShape
+from simulator.cost.shapes import StepShape
+from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec, PrefillDecode
 from simulator.metrics import Recorder, StepRecord
 from simulator.scheduler import ReqState, Scheduler, StepPlan
@@ -76,6 +80,8 @@ class Replica:
         self._wakeup: simpy.Event | None = None
         self.last_step_s = 0.0
         self.nics: Nics | None = None  # disaggregation: this replica's NICs
+        # from a step's end to the client holding its tokens (async output processing)
+        self.output_delay_s = parts.cost.device.roofline.output_delay_s
         self.process = env.process(self._run())
 
     @property
@@ -153,7 +159,7 @@ class Replica:
             if steps > 1:
                 finished = self._commit_decodes(plan, steps, step_s)
             else:
-                finished = sched.commit(plan, env.now + step_s, self.accept)
+                finished = sched.commit(plan, env.now + self.output_delay_s, self.accept)
             self.recorder.on_step(
                 StepRecord(
                     replica=self.id,
@@ -231,20 +237,23 @@ class Replica:
         return steps
 
     def _commit_decodes(self, plan: StepPlan, steps: int, step_s: float) -> list[ReqState]:
-        """Commit ``steps`` decode steps at once: one token per request per step."""
+        """Commit ``steps`` decode steps at once: one token per request per step. Token k
+        (1-based) of the run reaches the client at start + k x step_s + ``output_delay_s``,
+        the last one at the end of the run + the delay."""
         s = self.sched
         end = self.env.now
+        delay = self.output_delay_s
         finished: list[ReqState] = []
         for req, _, _, _ in plan.entries:
             req.computed += steps
             if req.first_token_s is None:  # cannot happen for a decode; kept for safety
-                req.first_token_s = end - (steps - 1) * step_s + step_s
+                req.first_token_s = end - (steps - 1) * step_s + delay
             req.itl_runs.append((step_s, steps))
             req.generated += steps
-            req.last_token_s = end + step_s
+            req.last_token_s = end + delay
             s.cache.commit(req.req_id, req.computed, s._new_output_hashes(req, req.computed))
             if req.generated >= req.request.output_tokens:
-                s.finish(req, end + step_s)
+                s.finish(req, end + delay)
                 finished.append(req)
         return finished
 

@@ -185,7 +185,9 @@ def summarize(
     counts = [c for r in measured for _, c in r.itl_runs]
     itl = np.array(gaps)
     wts = np.array(counts, dtype=np.float64)
-    ttft = np.array([r.first_token_s - r.arrival_s for r in measured if r.first_token_s])
+    ttft = np.array(
+        [r.first_token_s - r.arrival_s for r in measured if r.first_token_s is not None]
+    )
     e2e = np.array([r.finish_s - r.arrival_s for r in measured if r.finish_s is not None])
 
     def inter(q: float) -> float | None:

@@ -302,20 +302,25 @@ class Scheduler:
 
         A request whose computed tokens reach the end of its sequence samples: one token, or
         with speculative decoding ``a + 1`` tokens of which the ``K - a`` rejected drafts are
-        rolled back (``update_from_output``). Tokens reach the client at ``token_s`` (the engine
-        passes the end of the step plus the one-step lag of async scheduling).
+        rolled back (``update_from_output``). Tokens reach the client at ``token_s``: the engine
+        passes the end of the step plus ``output_delay_s`` (with async scheduling the next
+        step runs while this one's output is copied back, detokenised and streamed), the
+        same delay for every step, so a request's token times never go backwards.
         """
         finished: list[ReqState] = []
         for req, num_new, _, _ in plan.entries:
             req.computed += num_new
-            if req.computed >= req.num_tokens:
+            sampled = req.computed >= req.num_tokens
+            if sampled:
                 drafts = req.computed - req.num_tokens  # scheduled drafts past the sequence
                 took = accepted(drafts) if accepted is not None and drafts > 0 else 0
                 req.computed -= drafts - took
                 self._emit(req, took + 1, token_s)
             computed = min(req.computed, req.num_tokens)
             self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
-            if req.generated >= req.request.output_tokens:
+            # only a step that sampled can finish a request: one asking for no output tokens
+            # still runs its whole prompt (its "first token" is then its finish)
+            if sampled and req.generated >= req.request.output_tokens:
                 self.finish(req, token_s)
                 finished.append(req)
         return finished

@@ -125,15 +125,17 @@ def test_read_time_is_bytes_over_bandwidth_plus_latency() -> None:
     assert t.start_s == t.asked_s  # both NICs idle
     assert t.landed_s == pytest.approx(t.start_s + 20e6 / BW + LATENCY, rel=1e-12)
     assert r.kv_ready_s == t.landed_s
-    # D computes the last prompt token in one step; its token reaches the client a step later
+    # D computes the last prompt token in one step; its token reaches the client
+    # output_delay_s after that step ends
+    delay = H100.roofline.output_delay_s
     d_steps = [s for s in rec.steps if s.replica == 1]
     first = d_steps[0]
     assert first.start_s == t.landed_s
     assert first.prefill_tokens == 1
-    assert r.first_token_s == pytest.approx(t.landed_s + 2 * first.step_s, rel=1e-12)
-    # TTFT = P queue (0) + P prefill step + its output lag + read + one D step + its lag
+    assert r.first_token_s == pytest.approx(t.landed_s + first.step_s + delay, rel=1e-12)
+    # TTFT = P queue (0) + P prefill step + its output delay + read + one D step + its delay
     p_step = next(s for s in rec.steps if s.replica == 0)
-    assert r.prefill_done_s == pytest.approx(r.arrival_s + 2 * p_step.step_s, rel=1e-12)
+    assert r.prefill_done_s == pytest.approx(r.arrival_s + p_step.step_s + delay, rel=1e-12)
     # P kept its 10 blocks until the read landed, then freed them
     p_sched = eng.replicas[0].sched
     assert not p_sched.held

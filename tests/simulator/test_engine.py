@@ -143,11 +143,11 @@ def test_fast_forward_matches_step_by_step_timing() -> None:
     assert len(rec.steps) < 20
     decode_s = [s.step_s / s.steps for s in rec.steps[1:]]
     assert max(decode_s) / min(decode_s) < 1.05  # context growth barely changes a decode step
-    # runs are contiguous and the last token reaches the client one step after its step
+    # runs are contiguous and the last token reaches the client output_delay_s after its step
     for before, after in zip(rec.steps, rec.steps[1:], strict=False):
         assert after.start_s == before.start_s + before.step_s
     last = rec.steps[-1]
-    assert r.finish_s == last.start_s + last.step_s + last.step_s / last.steps
+    assert r.finish_s == last.start_s + last.step_s + H100.roofline.output_delay_s
 
 
 def test_open_loop_arrivals_and_summary() -> None:
