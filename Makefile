@@ -1,5 +1,6 @@
 # Two commands for a fresh machine with python3, pip and make:
-#   make demo   creates .venv, installs the planner, runs the main job on built-in defaults:
+#   make demo   creates .venv, installs the planner with the public measured op tables
+#               (the measured extra), runs the main job on built-in defaults:
 #               Kimi K3 memory per device, 64 simulated agents, the 4-device search -> out/
 #   make test   creates .venv with the dev, calibrate and app extras (torch CPU + triton for
 #               the kernel tests under TRITON_INTERPRET=1, streamlit + playwright and the
@@ -16,15 +17,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[measured]'
 	touch $@
 
 $(VENV)/.app-installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[app]'
+	$(PIP) -e '.[app,measured]'
 	touch $@ $(VENV)/.core-installed
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[dev,calibrate,app]'
+	$(PIP) -e '.[dev,calibrate,app,measured]'
 	touch $@ $(VENV)/.core-installed $(VENV)/.app-installed
 
 demo: $(VENV)/.core-installed

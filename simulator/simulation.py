@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
+from simulator.measured.summary import describe
 from simulator.memory import MemoryReport, batch_limits, kv_layout, plan_memory
 from simulator.metrics import Pools, Recorder, Summary, summarize
 from simulator.scheduler import Scheduler
@@ -35,6 +36,8 @@ class SimResult:
     memory: MemoryReport  # a decode replica's when disaggregated
     wall_s: float
     prefill_memory: MemoryReport | None = None  # disaggregated: a prefill replica's
+    # where the op latencies came from and the stated op error (simulator.measured.summary)
+    latency: dict[str, Any] = field(default_factory=dict)
 
     def request_table(self) -> pd.DataFrame:
         import pandas as pd
@@ -201,6 +204,8 @@ def simulate(
     if memory.num_blocks <= memory.blocks_per_seq:
         raise SpecError(source, "serving", f"{card.name} on {device.name}: {memory.fits_reason}")
     latency = LatencyModels.for_device(device)
+    if latency.tables is not None:
+        latency.tables.reset_counts()
 
     def replica(serving: ServingConfig, memory: MemoryReport) -> ReplicaParts:
         cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
@@ -235,7 +240,7 @@ def simulate(
     recorder = engine.run()
     summary = summarize(recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools)
     wall_s = time.perf_counter() - start
-    return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory)
+    return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency))
 
 
 def disaggregation_spec(card: ModelCard, scenario: Scenario) -> DisaggSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,34 @@ def calibration_profiles(tmp_path: Path) -> Path:
     shutil.copy(CALIBRATION_FIXTURE / "profile.yaml", dest / "profile.yaml")
     shutil.copytree(CALIBRATION_FIXTURE / "measurements", dest / "measurements")
     return dest.parent
+
+
+MEASURED_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "measured"
+
+
+def _reset_measured() -> None:
+    from simulator.measured import device, errors
+
+    device.reset()
+    errors.load_errors.cache_clear()
+
+
+@pytest.fixture
+def no_tables(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run on the profiles' priors even where the measured tables are installed."""
+    monkeypatch.setenv("PLAN_MEASURED", "off")
+    _reset_measured()
+    yield
+    _reset_measured()
+
+
+@pytest.fixture
+def fixture_tables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The committed cut of the public tables (tests/fixtures/measured, h200_sxm only) in
+    place of the installed package, with a private build cache."""
+    monkeypatch.setenv("PLAN_MEASURED_DATA", str(MEASURED_FIXTURE))
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PLAN_MEASURED", raising=False)
+    _reset_measured()
+    yield MEASURED_FIXTURE
+    _reset_measured()

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from simulator.cost.step import CATEGORIES
+from simulator.cost.shapes import CATEGORIES
 from simulator.memory import MemoryReport
 from simulator.metrics import Summary
 from simulator.planner.executor import run_all

@@ -289,20 +289,51 @@ def fit(
 
 @command(validate_app, "ops")
 def validate_ops(
-    device: Annotated[str, typer.Option(help="Device profile name (the measurements' device).")],
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Device profile name: the measurements' device; with --tables, the one"
+            " device to score (default: every device with measured tables)."
+        ),
+    ] = None,
     measurements: MeasurementsOpt = None,
     vidur: VidurOpt = None,
+    tables: Annotated[
+        bool,
+        typer.Option(
+            "--tables", help="Score the public measured tables' lookup, k-fold held out by shape."
+        ),
+    ] = False,
+    leave_device_out: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--leave-device-out",
+            help="Predict this measured device's tables from the other devices only"
+            " (repeatable: each is predicted without any of them).",
+        ),
+    ] = None,
     folds: Annotated[int, typer.Option(help="k of the k-fold cross-validation.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the fold shuffle.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Prior vs fitted (k-fold held-out) absolute percentage errors per op class."""
+    """Prior vs fitted (k-fold held-out) absolute percentage errors per op class; with
+    --tables or --leave-device-out, of the public measured tables."""
     import numpy as np
 
     from simulator.cost.fit import kfold_errors
 
     if folds < 2:
         raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    if tables or leave_device_out:
+        if measurements or vidur:
+            raise SpecError(
+                "(arguments)", "tables", "--tables / --leave-device-out score the public"
+                " tables; --measurements / --vidur score your own: give one kind",
+            )  # fmt: skip
+        _validate_tables(device, tables, leave_device_out or [], folds, seed, as_json)
+        return
+    if device is None:
+        raise SpecError("(arguments)", "device", "give --device (the measurements' device)")
     profile = catalog.hardware_profile(device)
     by_class = _measured_by_class(measurements, vidur, profile)
     results: list[dict[str, Any]] = []
@@ -350,6 +381,70 @@ def validate_ops(
         " answers",
         err=True,
     )
+
+
+def _validate_tables(
+    device: str | None, by_shape: bool, leave_out: list[str], folds: int, seed: int, as_json: bool
+) -> None:
+    """`plan validate ops --tables` / `--leave-device-out`: score the table lookup."""
+    from simulator.measured.device import measured_device_names, tables_for
+    from simulator.measured.package import data_source, unavailable_note
+    from simulator.measured.tables import read_frames
+    from simulator.measured.validate import Score, by_class, kfold, leave_device_out
+
+    if by_shape and leave_out:
+        raise SpecError("(arguments)", "tables", "give --tables or --leave-device-out, not both")
+    source = data_source()
+    if source is None:
+        raise SpecError("(arguments)", "tables", unavailable_note())
+    measured = measured_device_names()
+    names = leave_out or ([device] if device else list(measured))
+    for n in names:
+        if n not in measured:
+            raise SpecError(
+                "(arguments)", "device",
+                f"{n!r} has no measured tables; measured: {', '.join(measured)}",
+            )  # fmt: skip
+    results: list[dict[str, Any]] = []
+    for n in names:
+        profile = catalog.hardware_profile(n)
+        assert profile.measured_tables is not None
+        frames = read_frames(source.tables(profile.measured_tables))
+        if by_shape:
+            scores = kfold(frames, profile, folds=folds, seed=seed)
+            basis = f"{folds}-fold held out by shape"
+        else:
+            transferred = tables_for(profile, exclude=tuple(leave_out))
+            if transferred is None:
+                raise SpecError("(arguments)", "leave_device_out", "no measured device is left")
+            scores = leave_device_out(frames, transferred, profile)
+            basis = transferred.basis
+        for level, group in (("kind", scores), ("op_class", by_class(scores))):
+            results += [
+                {"device": n, "level": level, "basis": basis, **sc.as_dict()} for sc in group
+            ]
+    if as_json:
+        print_json({"package_version": source.package_version, "scores": results})
+        return
+    what = "k-fold held-out" if by_shape else "leave-device-out"
+    t = Table(title=f"Measured-table lookup, {what}: absolute percentage error (%) per op class")
+    for col in ("device", "op class", "rows", "prior median", "median", "P90", "basis"):
+        t.add_column(col, justify="left" if col in ("device", "op class", "basis") else "right")
+    for r in results:
+        if r["level"] != "op_class":
+            continue
+        prior = r["prior_median_ape"]
+        t.add_row(
+            r["device"], r["op_class"], f"{r['rows']:,}", "-" if prior is None else f"{prior:.1f}",
+            f"{r['median_ape']:.1f}", f"{r['p90_ape']:.1f}", r["basis"],
+        )  # fmt: skip
+    console().print(t)
+    typer.echo(
+        f"tables: aiconfigurator-core {source.package_version} (vLLM backend, newest version per"
+        " op); --json lists every kind of table separately",
+        err=True,
+    )
+    _ = Score
 
 
 @command(validate_app, "inferencemax")
@@ -461,5 +556,109 @@ def validate_inferencemax(
     typer.echo(
         "APE = |sim - measured| / measured; bias = median (sim - measured) / measured"
         " (positive: simulator optimistic)",
+        err=True,
+    )
+
+
+@command(validate_app, "silicon")
+def validate_silicon(
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="silicon_sample.csv (default: the one of the installed aiconfigurator-core,"
+            " beside its systems/data).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write the validation document here.")
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", help="Keep at most N points (evenly spaced in file order)."),
+    ] = None,
+    models: Annotated[
+        list[str] | None,
+        typer.Option("--models", help="Only these model cards (repeatable)."),
+    ] = None,
+    requests_per_conc: Annotated[
+        int, typer.Option(help="Requests per point = this x concurrency (the client: 10).")
+    ] = 10,
+    workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
+    seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""
+    import datetime
+    import shlex
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator.validation import silicon as s
+    from simulator.validation.silicon_document import HEADER, render_markdown, rows
+
+    if workers < 1:
+        raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    start = time.perf_counter()
+    show = not as_json and sys.stderr.isatty()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("simulating", total=None)
+
+        def progress(done: int, total: int, _: s.SiliconResult) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = s.validate(data, models or (), limit, requests_per_conc, seed, workers, progress)
+    wall_s = time.perf_counter() - start
+    if out is not None:
+        s.write_points_csv(report.results, out / "points.csv")
+        typer.echo(f"wrote {out / 'points.csv'} ({len(report.results)} points)", err=True)
+    if markdown is not None:
+        args = ["plan", "validate", "silicon"]
+        if data is not None:
+            args += ["--data", str(data)]
+        if limit is not None:
+            args += ["--limit", str(limit)]
+        for m in models or ():
+            args += ["--models", m]
+        if requests_per_conc != 10:
+            args += ["--requests-per-conc", str(requests_per_conc)]
+        if seed != 0:
+            args += ["--seed", str(seed)]
+        args += ["--workers", str(workers)]
+        if out is not None:
+            args += ["--out", str(out)]
+        args += ["--markdown", str(markdown)]
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(render_markdown(report, shlex.join(args), date, wall_s, workers))
+        typer.echo(f"wrote {markdown}", err=True)
+    if as_json:
+        print_json(finite({**report.to_json(), "wall_s": wall_s}))
+        return
+    simulated = sum(r.ok for r in report.results)
+    t = Table(title=f"aiconfigurator-core silicon points vs simulation: {simulated} points")
+    for col in HEADER:
+        t.add_column(col, justify="left" if col in ("model", "system") else "right")
+    for row in rows(s.by_model_system(report.results)):
+        t.add_row(*row)
+    t.add_section()
+    for row in rows([*s.by_model(report.results), *s.by_system(report.results)]):
+        t.add_row(*row)
+    t.add_section()
+    for row in rows([report.overall]):
+        t.add_row(*row)
+    console().print(t)
+    skipped = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common())
+    typer.echo(f"skipped rows: {skipped or 'none'}", err=True)
+    typer.echo(
+        "APE = |sim - measured| / measured; bias = median (sim - measured) / measured"
+        " (negative: simulated latency lower, simulator optimistic)",
         err=True,
     )

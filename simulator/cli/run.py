@@ -67,6 +67,7 @@ def run(
         "tokens_per_usd": price,
         "slo_met": slo_met(scenario, summary),
         "wall_s": result.wall_s,
+        "latency": result.latency,
     }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -120,6 +121,9 @@ def run(
     if d is not None:
         title += f" ({d.label}, TP{scenario.serving.tp} replicas)"
     print_pairs(title, rows)
+    from simulator.measured.summary import one_line
+
+    typer.echo("  " + one_line(result.latency))
 
 
 def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -170,6 +170,8 @@ class LatencyModels:
                 }
         self.extrapolations: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()
+        # GPU seconds priced so far by where they came from (StepOps fills it)
+        self.seconds_by_source: defaultdict[str, float] = defaultdict(float)
         self._param_cache: dict[str, tuple[float, float, float, float]] = {}
         self._param_arrays: dict[tuple[str, ...], Array] = {}
         r = profile.roofline

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from simulator.cost import ops
 from simulator.cost.lookups import causal_length
@@ -472,6 +473,7 @@ class StepOps:
             for i, (curve, at) in self.curves.items():
                 secs[i] = curve.seconds(*at)
             total = secs * np.array(counts)
+            self._account(total, [(i, classes[i]) for i in rest], self.curves)
             per_cat += np.bincount(cats, weights=total, minlength=len(CATEGORIES))
             gpu += float(total.sum())
             if detail:
@@ -511,18 +513,58 @@ class StepOps:
             lines=tuple(lines),
         )
 
+    def _account(
+        self,
+        total: NDArray[np.float64],
+        rest: list[tuple[int, str]],
+        curves: dict[int, tuple[Curve, tuple[float, ...]]] | list[Curve | None],
+    ) -> None:
+        """Add this step's GPU seconds to the latency models' tally by source: measured
+        (a table inside its grid), fitted (a table outside it, transferred, or a fitted
+        model), calibrated, prior."""
+        lat = self.m.latency
+        tally = lat.seconds_by_source
+        measured = self.look.tables is not None and self.look.tables.measured
+        items = curves.items() if isinstance(curves, dict) else enumerate(curves)
+        for i, entry in items:
+            curve = entry[0] if isinstance(entry, tuple) else entry
+            if curve is None:
+                continue
+            inside = measured and curve.status == 0 and not curve.last_outside
+            tally["measured" if inside else "fitted"] += float(total[i])
+        for i, cls in rest:
+            label = (
+                "calibrated"
+                if cls in lat.calibrated
+                else ("fitted" if cls in lat.fitted else "prior")
+            )
+            tally[label] += float(total[i])
+
     def _collectives(self, lines: list[OpLine] | None) -> float:
         lat = self.m.latency
         names, classes, counts, sizes, worlds, curves = zip(*self.colls, strict=True)
-        secs = lat.collective_seconds_mixed(list(classes), list(sizes), list(worlds))
-        zero = lat.collective_seconds_mixed(list(classes), [0.0] * len(sizes), list(worlds))
-        for i, curve in enumerate(curves):
-            if curve is not None:
-                secs[i] = curve.seconds(sizes[i])
-                zero[i] = curve.seconds(1.0)
+        secs = [0.0] * len(curves)
+        rest = [i for i, c in enumerate(curves) if c is None]
+        if rest:
+            priced = lat.collective_seconds_mixed(
+                [classes[i] for i in rest], [sizes[i] for i in rest], [worlds[i] for i in rest]
+            )
+            for i, t in zip(rest, priced, strict=True):
+                secs[i] = t
         if self.fused:  # fused kernels hide the latency term of small collectives
+            zero = lat.collective_seconds_mixed(list(classes), [0.0] * len(sizes), list(worlds))
+            for i, curve in enumerate(curves):
+                if curve is not None:
+                    zero[i] = curve.seconds(1.0)
             secs = [max(t - z, 0.0) for t, z in zip(secs, zero, strict=True)]
+        for i, curve in enumerate(curves):  # last, so that last_outside is this query's
+            if curve is not None:
+                t = curve.seconds(sizes[i])
+                secs[i] = max(t - zero[i], 0.0) if self.fused else t
         total = np.array(secs) * np.array(counts)
+        self._account(
+            total, [(i, classes[i]) for i, c in enumerate(curves) if c is None], list(curves)
+        )
         if lines is not None:
             lines += [
                 OpLine(nm, cl, "communication", c, 0.0, b, sec)

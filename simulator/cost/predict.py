@@ -12,7 +12,7 @@ roofline / alpha-beta prior).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,8 @@ class OpRows:
     peak_flops_per_s: Array
     world_size: Array
     gemm_shape: Array  # (rows, 4): m, n, k, weight bytes per element of gemm rows; NaN elsewhere
+    # op class -> its shape columns at that class's rows (what the measured tables look up)
+    columns: dict[str, dict[str, Array]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.op.size)
@@ -207,6 +209,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
     world = np.full(n, np.nan)
     gemm_shape = np.full((n, 4), np.nan)
     bf16_peak = profile.peak_flops_per_s.for_dtype("bf16")
+    columns: dict[str, dict[str, Array]] = {}
     for cls in OP_COLUMNS:
         rows = np.flatnonzero(op == cls)
         if rows.size == 0:
@@ -219,6 +222,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
             )
             for col in OP_COLUMNS[cls]
         }
+        columns[cls] = c
         if cls in ops.COLLECTIVE_CLASSES:
             nbytes[rows], world[rows] = c["bytes"], c["world_size"]
             continue
@@ -242,7 +246,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
         flops[rows] = np.broadcast_to(work.flops, rows.shape)
         nbytes[rows] = np.broadcast_to(work.bytes, rows.shape)
         kernels[rows] = work.kernels
-    return OpRows(op, flops, nbytes, kernels, peak, world, gemm_shape)
+    return OpRows(op, flops, nbytes, kernels, peak, world, gemm_shape, columns)
 
 
 def _work(
@@ -337,9 +341,23 @@ def predict_seconds(
 def predict_table(
     df: pd.DataFrame, profile: HardwareProfile, file: str | Path, models: LatencyModels
 ) -> pd.DataFrame:
-    """``df`` with ``latency_us``, ``source`` and ``extrapolated`` columns added."""
+    """``df`` with ``latency_us``, ``source`` and ``extrapolated`` columns added: the
+    measured tables where they answer (source measured, or fitted when transferred or
+    outside their grid), else the fitted models or the roofline priors."""
+    from simulator.cost.predict_tables import source_of, table_seconds
+    from simulator.measured.lookup import MEASURED
+
     rows = op_rows(df, profile, file)
     seconds, source, extrapolated = predict_seconds(rows, models)
+    if models.tables is not None:
+        t_sec, status = table_seconds(df, rows.op, rows.columns, models.tables, models.calibrated)
+        hit = status >= 0
+        seconds = np.where(hit, t_sec, seconds)
+        labels = np.array([source_of(int(x), models.tables.measured) for x in status])
+        source = np.where(hit, labels, source)
+        extrapolated = np.where(hit, status != MEASURED, extrapolated)
+    if models.calibrated:
+        source = np.where(np.isin(rows.op, list(models.calibrated)), "calibrated", source)
     out = df.copy()
     out["latency_us"] = seconds * 1e6
     out["source"] = source

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.measured.errors import new_vendor_classes
 from simulator.measured.lookup import (
     COLLECTIVES,
     TRANSFERRED,
@@ -31,7 +32,7 @@ from simulator.measured.lookup import (
     Family,
     KindModel,
 )
-from simulator.measured.package import DataSource, TableFile, data_source
+from simulator.measured.package import DataSource, TableFile, data_source, switched_off
 from simulator.measured.tables import KIND_CLASS, KINDS, Frames, read_frames
 from simulator.measured.work import MLA_HIDDEN, MLA_Q_LORA, Device
 from simulator.specs.hardware import HardwareProfile
@@ -70,6 +71,12 @@ class DeviceTables:
         if key not in self._curves:
             self._curves[key] = Curve(model, fam, fixed, free)
         return self._curves[key]
+
+    def reset_counts(self) -> None:
+        """Zero the query counts of the bound curves (each run reports its own)."""
+        for curve in self._curves.values():
+            if curve is not None:
+                curve.queries = curve.outside = 0
 
     def classes(self) -> frozenset[str]:
         """The step model's op classes these tables answer."""
@@ -274,11 +281,19 @@ def _code_fingerprint() -> str:
 _LOADED: dict[str, DeviceTables | None] = {}
 
 
+def reset() -> None:
+    """Forget the located data and the tables built in this process (tests switch the data
+    folder with PLAN_MEASURED_DATA)."""
+    data_source.cache_clear()
+    measured_device_names.cache_clear()
+    _LOADED.clear()
+
+
 def tables_for(profile: HardwareProfile, exclude: tuple[str, ...] = ()) -> DeviceTables | None:
     """The device's measured tables, else tables transferred from the measured devices
     (``exclude``: devices not to learn from, for the leave-one-device-out check)."""
     source = data_source()
-    if source is None:
+    if source is None or switched_off():
         return None
     key = f"{profile.model_dump_json()}|{','.join(exclude)}"
     if key in _LOADED:
@@ -300,6 +315,8 @@ def _transferred(
         return None
     target = Device.of(profile)
     candidates = {n: Device.of(hardware_profile(n)) for n in names}
+    vendors = {hardware_profile(n).vendor for n in names}
+    allowed = None if profile.vendor in vendors else new_vendor_classes()
     picks = {group: nearest_device(group, candidates, target) for group in ("gemm", "allreduce")}
     loaded = {n: tables_for(hardware_profile(n)) for n in sorted(set(picks.values()))}
     models: dict[str, Any] = {}
@@ -308,8 +325,12 @@ def _transferred(
             continue
         for kind, model in tables.models.items():
             group = "allreduce" if kind in COLLECTIVES else "gemm"
+            if allowed is not None and KIND_CLASS.get(kind, kind) not in allowed:
+                continue
             if picks[group] == name:
                 models[kind] = TransferredModel(kind, model, target)
     files = [f for t in loaded.values() if t is not None for f in t.files]
     basis = "transferred: kernels from {gemm}, collectives from {allreduce}".format(**picks)
+    if allowed is not None:
+        basis += f" (new vendor: only {', '.join(sorted(allowed))}; the rest on priors)"
     return DeviceTables(target, models, basis, files, [], source.package_version, measured=False)

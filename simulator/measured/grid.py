@@ -6,9 +6,10 @@ values of its continuous coordinates (tokens, context, bytes, ...), all in log s
 * Inside the grid: multilinear interpolation of log(seconds) over log(coordinates). At a
   measured point it returns the measurement; between points it never leaves the range of
   the surrounding corners, so it is monotone along every axis on which the data is.
-* Along axes where the kernel's latency cannot fall (``monotone``), the measured values are
-  made non-decreasing first (a running maximum: a later point faster than an earlier one
-  is timing noise or a kernel switch the serving engine would not make).
+* Along axes where one kernel does more work (``monotone``: attention over more keys or
+  requests, collectives over more bytes), the measured values are made non-decreasing
+  first (a running maximum: a later point faster than an earlier one is timing noise).
+  GEMM and MoE latencies are left as measured: their kernels switch with the token count.
 * Cells the tables lack (a shape that failed or was never collected) are filled with the
   baseline (the roofline fitted to the same tables) times the mean measured/baseline ratio
   of their filled neighbours, spreading out from the measured cells.
@@ -88,7 +89,8 @@ class Grid:
 
     def _interpolate(self, x: Array) -> Array:
         """Multilinear interpolation of ``log_t`` at log-coordinates ``x`` inside the grid."""
-        lo_idx, weights = [], []
+        lo_idx: list[NDArray[np.intp]] = []
+        weights: list[Array] = []
         for j, axis in enumerate(self.axes):
             if axis.size == 1:
                 lo_idx.append(np.zeros(x.shape[0], dtype=np.intp))
@@ -100,7 +102,8 @@ class Grid:
             weights.append(np.clip(w, 0.0, 1.0))
         out = np.zeros(x.shape[0])
         for corner in range(1 << self.ndim):
-            idx, wt = [], np.ones(x.shape[0])
+            idx: list[NDArray[np.intp]] = []
+            wt: Array = np.ones(x.shape[0])
             for j in range(self.ndim):
                 up = (corner >> j) & 1
                 if up and self.axes[j].size == 1:

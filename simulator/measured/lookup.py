@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -58,9 +58,13 @@ class Baseline:
         step = max(1, len(frame) // FIT_ROWS)
         sub = frame.iloc[::step]
         if kind in COLLECTIVES:
+            world = sub["world"].to_numpy(dtype=np.float64)
             by_world = {
-                int(w): fit_alpha_beta(g["bytes"].to_numpy(float), g["seconds"].to_numpy(float))
-                for w, g in sub.groupby("world")
+                int(w): fit_alpha_beta(
+                    sub["bytes"].to_numpy(float)[world == w],
+                    sub["seconds"].to_numpy(float)[world == w],
+                )
+                for w in np.unique(world)
             }
             return cls(kind, device, alpha_beta=by_world)
         groups = by_family(sub, spec.family, spec.axes)
@@ -156,7 +160,8 @@ def by_family(
         np.split(seconds, bounds),
         strict=True,
     ):
-        fam = tuple(_key(v) for v in uniques[int(codes[pos[0]])])
+        values = cast("tuple[Any, ...]", uniques[int(codes[pos[0]])])
+        fam = tuple(_key(v) for v in values)
         out.append((fam, c, t, pos))
     return out
 
@@ -259,11 +264,12 @@ class Curve:
         self.status = int(status.max()) if status.size else TRANSFERRED
         self.queries = 0
         self.outside = 0
+        self.last_outside = False
 
     def _points(self, free_values: Sequence[Array]) -> Array:
         spec = self.model.spec
         n = len(free_values[0])
-        cols = []
+        cols: list[Array] = []
         for a in spec.axes:
             if a in self.fixed:
                 cols.append(np.full(n, self.fixed[a]))
@@ -299,10 +305,11 @@ class Curve:
                 (1 - u) * ((1 - w) * t[i, j] + w * t[i, j1])
                 + u * ((1 - w) * t[i1, j] + w * t[i1, j1])
             )
+        self.last_outside = out
         if out:
             self.outside += 1
-            q = self._points([[v] for v in x])
-            c_pts = self._points([[math.exp(c)] for c in clamped])
+            q = self._points([np.array([v]) for v in x])
+            c_pts = self._points([np.array([math.exp(c)]) for c in clamped])
             base = self.model.baseline
             val += float(
                 base.log_seconds(self.fdict, q)[0] - base.log_seconds(self.fdict, c_pts)[0]

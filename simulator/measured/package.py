@@ -25,6 +25,7 @@ TESTED_VERSION = "0.12.0"
 # Point the planner at another copy of the data folder (``<...>/systems/data``): tests use it
 # for the committed fixture, and a user can pin a downloaded release.
 ENV_DATA_DIR = "PLAN_MEASURED_DATA"
+ENV_SWITCH = "PLAN_MEASURED"
 # (op folder, backend folder, parquet file) of every table the planner reads
 TABLE_FILES: dict[str, tuple[str, str, str]] = {
     "gemm": ("gemm", "vllm", "gemm_perf.parquet"),
@@ -112,8 +113,20 @@ def data_source() -> DataSource | None:
     return DataSource(root, version)
 
 
+def switched_off() -> bool:
+    """``PLAN_MEASURED=off``: run on the profiles' priors even with the tables installed."""
+    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "no", "false")
+
+
+def tables_available() -> bool:
+    """Whether runs read the measured tables (installed and not switched off)."""
+    return data_source() is not None and not switched_off()
+
+
 def unavailable_note() -> str:
-    """The one line a run prints when no tables are installed."""
+    """The one line a run prints when the tables are not used."""
+    if switched_off():
+        return f"measured op tables switched off ({ENV_SWITCH}=off); roofline priors"
     return (
         f"measured op tables not installed ({PACKAGE}=={TESTED_VERSION}: "
         "pip install '.[measured]'); every device runs on roofline priors"

@@ -13,21 +13,23 @@ op class (``KIND_CLASS``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.cost.latency import LatencyModels
 from simulator.measured.device import (
     DeviceTables,
     build_models,
     mla_core_frame,
     mla_projection_seconds,
 )
-from simulator.measured.lookup import KindModel, by_family
+from simulator.measured.lookup import COLLECTIVES, KindModel, by_family
 from simulator.measured.tables import KIND_CLASS, KINDS, Frames
-from simulator.measured.work import Device
+from simulator.measured.work import Device, work
+from simulator.specs.hardware import HardwareProfile
 
 Array = NDArray[np.float64]
 
@@ -39,16 +41,65 @@ class Score:
     rows: int
     median_ape: float
     p90_ape: float
+    prior_median_ape: float | None = None  # the profile's roofline prior on the same rows
+    ape: Array = field(default_factory=lambda: np.zeros(0), repr=False)
+    prior_ape: Array | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, kind: str, ape: Array) -> Score:
+    def of(cls, kind: str, ape: Array, prior: Array | None = None) -> Score:
         return cls(
             kind,
-            KIND_CLASS[kind],
+            KIND_CLASS.get(kind, kind),
             int(ape.size),
             float(np.median(ape)),
             float(np.percentile(ape, 90)),
+            None if prior is None else float(np.median(prior)),
+            ape,
+            prior,
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("ape", "prior_ape")}
+
+
+def by_class(scores: list[Score]) -> list[Score]:
+    """Scores pooled by op class (GEMM = dense GEMMs + MLA's BMMs; KDA decode = decode +
+    speculative verify), rows weighted equally."""
+    out = []
+    for cls in dict.fromkeys(s.op_class for s in scores):
+        group = [s for s in scores if s.op_class == cls]
+        apes = np.concatenate([s.ape for s in group])
+        priors = [s.prior_ape for s in group]
+        prior: Array | None = None
+        if all(p is not None for p in priors):
+            prior = np.concatenate([p for p in priors if p is not None])
+        out.append(Score.of(cls, apes, prior))
+    return out
+
+
+def prior_seconds(kind: str, frame: Any, profile: HardwareProfile) -> Array | None:
+    """The roofline prior of the profile on a kind's rows (None for the MLA modules, which
+    are several ops)."""
+    if kind.endswith("_module"):
+        return None
+    spec = KINDS[kind]
+    lat = LatencyModels(profile)
+    device = Device.of(profile)
+    out = np.empty(len(frame))
+    for fam, coords, _, pos in by_family(frame, spec.family, spec.axes):
+        x = {a: coords[:, j] for j, a in enumerate(spec.axes)}
+        if kind in COLLECTIVES:
+            out[pos] = lat.collective_seconds(
+                kind, x["bytes"], np.full(len(pos), fam[0]), prior=True
+            )
+            continue
+        flops, moved, peak, kernels = work(
+            kind, dict(zip(spec.family, fam, strict=True)), x, device
+        )
+        out[pos] = lat.compute_seconds(
+            KIND_CLASS[kind], flops, moved, peak, np.full(len(pos), kernels), prior=True
+        )
+    return out
 
 
 def ape(predicted: Array, measured: Array) -> Array:
@@ -71,8 +122,9 @@ def _folds(n: int, k: int, seed: int) -> NDArray[np.intp]:
     return rng.permutation(n) % k
 
 
-def kfold(frames: Frames, device: Device, folds: int = 5, seed: int = 0) -> list[Score]:
-    """Held-out error of every kind of one device's tables."""
+def kfold(frames: Frames, profile: HardwareProfile, folds: int = 5, seed: int = 0) -> list[Score]:
+    """Held-out error of every kind of one device's tables (and the prior's on them)."""
+    device = Device.of(profile)
     full = build_models(frames, device)
     scores = []
     for kind, frame in frames.frames.items():
@@ -89,7 +141,11 @@ def kfold(frames: Frames, device: Device, folds: int = 5, seed: int = 0) -> list
             else:
                 model = KindModel(kind, frame[~test], device)
                 pred[test] = _predict(model, kind, frame[test])
-        scores.append(Score.of(kind, ape(pred, frame["seconds"].to_numpy(dtype=np.float64))))
+        measured = frame["seconds"].to_numpy(dtype=np.float64)
+        prior = prior_seconds(kind, frame, profile) if profile is not None else None
+        scores.append(
+            Score.of(kind, ape(pred, measured), None if prior is None else ape(prior, measured))
+        )
     return scores
 
 
@@ -104,7 +160,9 @@ def _module_seconds(core_model: Any, phase: str, module: Any, models: dict[str, 
     return proj + core
 
 
-def leave_device_out(frames: Frames, transferred: DeviceTables) -> list[Score]:
+def leave_device_out(
+    frames: Frames, transferred: DeviceTables, profile: HardwareProfile | None = None
+) -> list[Score]:
     """Error of the transfer rule on a measured device's rows (``transferred`` built
     without that device)."""
     scores = []
@@ -121,5 +179,9 @@ def leave_device_out(frames: Frames, transferred: DeviceTables) -> list[Score]:
             if model is None:
                 continue
             pred = _predict(model, kind, frame)
-        scores.append(Score.of(kind, ape(pred, frame["seconds"].to_numpy(dtype=np.float64))))
+        measured = frame["seconds"].to_numpy(dtype=np.float64)
+        prior = prior_seconds(kind, frame, profile) if profile is not None else None
+        scores.append(
+            Score.of(kind, ape(pred, measured), None if prior is None else ape(prior, measured))
+        )
     return scores

@@ -106,10 +106,10 @@ def work(
         peak = bf16
     else:
         raise KeyError(f"no work formula for kind {kind!r}")
-    n = np.broadcast(*x.values()).shape
+    shape = np.broadcast(*x.values()).shape
     return (
-        np.broadcast_to(np.asarray(w.flops, dtype=np.float64), n),
-        np.broadcast_to(np.asarray(w.bytes, dtype=np.float64), n),
-        np.full(n, peak),
+        np.broadcast_to(np.asarray(w.flops, dtype=np.float64), shape),
+        np.broadcast_to(np.asarray(w.bytes, dtype=np.float64), shape),
+        np.full(shape, peak),
         float(w.kernels),
     )

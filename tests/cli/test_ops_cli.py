@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from simulator import catalog
 from simulator.cli import app
+from simulator.measured.package import tables_available as tables_installed
 
 runner = CliRunner()
 
@@ -83,8 +84,13 @@ def test_predict_every_op_class_on_every_device(tmp_path: Path, device: str) -> 
     lat = np.array([float(r["latency_us"]) for r in rows])
     assert np.all(np.isfinite(lat))
     assert np.all(lat > 0)
-    assert np.all(lat[1::2] >= lat[0::2]), "a bigger shape was faster"
-    assert {r["source"] for r in rows} <= {"fitted", "prior"}
+    # measured GEMMs are not monotone in m (Blackwell's BF16 4096 x 4096 GEMM takes 12.2 us
+    # at m = 16 and 9.1 us at m = 64 in the public tables: another kernel); the rest are,
+    # up to timing noise
+    ops_ = [r["op"] for r in rows[0::2]]
+    grows = np.array([op != "gemm" for op in ops_])
+    assert np.all(lat[1::2][grows] >= 0.9 * lat[0::2][grows]), "a bigger shape was much faster"
+    assert {r["source"] for r in rows} <= {"measured", "fitted", "prior"}
     assert {r["extrapolated"] for r in rows} <= {"True", "False"}
 
 
@@ -96,15 +102,16 @@ def test_predict_json_and_csv_to_stdout(tmp_path: Path) -> None:
     assert [d["op"] for d in data] == [r["op"] for r in SHAPES]
     assert data[0]["m"] == 16
     assert "num_tokens" not in data[0]
-    assert data[0]["source"] == "prior"
-    assert data[0]["extrapolated"] is False
+    # MI355X has no public tables: transferred from a measured device when they are installed
+    assert data[0]["source"] == ("fitted" if tables_installed() else "prior")
+    assert data[0]["extrapolated"] is tables_installed()
     code, stdout, _ = plan("ops", "predict", "--device", "mi355x", "--input", str(src))
     assert code == 0
     assert stdout.splitlines()[0].endswith("latency_us,source,extrapolated")
 
 
 def test_predict_uses_a_fitted_model_and_flags_extrapolation(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_tables: None
 ) -> None:
     import simulator.cost.latency as latency
 

@@ -110,11 +110,21 @@ def test_fused_decode_kernels_remove_fixed_costs() -> None:
     assert fused.step(*prefill).seconds == plain.step(*prefill).seconds
 
 
-def test_cpu_overhead_bounds_tiny_steps() -> None:
-    m = model("kimi-linear-48b-a3b", "b200")
-    cost = m.step(*decode(1, 10))
-    assert cost.seconds == m.device.roofline.cpu_step_overhead_s
-    assert cost.breakdown_s["overhead"] > 0
+@pytest.mark.parametrize("requests", [1, 7, 64])
+def test_cpu_time_bounds_tiny_steps(requests: int) -> None:
+    # a host that needs 20 ms + 0.1 ms per request: the step is CPU-bound at that time
+    base = catalog.hardware_profile("b200")
+    roof = base.roofline.model_copy(
+        update={"cpu_step_overhead_s": 0.02, "cpu_step_per_request_s": 1e-4}
+    )
+    profile = base.model_copy(update={"roofline": roof})
+    m = StepCostModel(
+        catalog.model_card("kimi-linear-48b-a3b"), profile, ServingConfig(), LatencyModels(profile)
+    )
+    cost = m.step(*decode(requests, 10))
+    assert cost.cpu_s == pytest.approx(0.02 + 1e-4 * requests)
+    assert cost.seconds == cost.cpu_s > cost.gpu_s
+    assert cost.breakdown_s["overhead"] == pytest.approx(cost.cpu_s - cost.gpu_s)
 
 
 def test_speculative_verify_computes_logits_for_every_position() -> None:
