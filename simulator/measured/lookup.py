@@ -265,6 +265,8 @@ class Curve:
         self.queries = 0
         self.outside = 0
         self.last_outside = False
+        # the 1-D fast path (GEMMs, MoE, collectives: most lines of a step)
+        self._t1 = [float(v) for v in self.table] if self.table.ndim == 1 else []
 
     def _points(self, free_values: Sequence[Array]) -> Array:
         spec = self.model.spec
@@ -278,6 +280,18 @@ class Curve:
         return np.column_stack(cols)
 
     def seconds(self, *x: float) -> float:
+        if self._t1 and len(self._t1) > 1:
+            logs, v = self.logs[0], x[0]
+            lx = math.log(v) if v > 0 else -math.inf
+            if logs[0] <= lx <= logs[-1]:
+                self.queries += 1
+                self.last_outside = False
+                i = min(bisect.bisect_right(logs, lx) - 1, len(logs) - 2)
+                t0, t1 = self._t1[i], self._t1[i + 1]
+                return math.exp(t0 + (t1 - t0) * (lx - logs[i]) / (logs[i + 1] - logs[i]))
+        return self._seconds(*x)
+
+    def _seconds(self, *x: float) -> float:
         self.queries += 1
         idx, wts, clamped, out = [], [], [], False
         for j, v in enumerate(x):

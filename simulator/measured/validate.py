@@ -77,11 +77,48 @@ def by_class(scores: list[Score]) -> list[Score]:
     return out
 
 
+def mla_module_prior(kind: str, frame: Any, profile: HardwareProfile) -> Array:
+    """The MLA module rows as the step model's own ops price them on the profile's priors:
+    one DeepSeek-V3 MLA layer (bf16 projections) at the module's per-rank heads, i.e. the
+    sum of its ``mla.*`` lines ("MLA module timings vs our op sum")."""
+    from simulator import catalog
+    from simulator.cost.step import StepCostModel
+    from simulator.specs.serving import ServingConfig
+
+    card = catalog.model_card("deepseek-v3")
+    assert card.mla is not None
+    decode = kind.startswith("mla_decode")
+    out = np.empty(len(frame))
+    heads = frame["num_heads"].to_numpy(dtype=np.float64)
+    kv = frame["kv_dtype"].to_numpy()
+    batch = frame["batch"].to_numpy(dtype=np.int64)
+    axis = frame["ctx_len" if decode else "seq_len"].to_numpy(dtype=np.int64)
+    models: dict[tuple[float, str], StepCostModel] = {}
+    for i in range(len(frame)):
+        key = (heads[i], str(kv[i]))
+        if key not in models:
+            serving = ServingConfig(
+                tp=max(1, int(card.mla.num_heads / heads[i])),
+                weight_precision={"attention": "bf16"},
+                kv_cache_dtype="fp8" if kv[i] == "fp8" else "bf16",
+            )
+            models[key] = StepCostModel(card, profile, serving, LatencyModels(profile))
+        m = models[key]
+        b = int(batch[i])
+        if decode:
+            new, ctx = np.ones(b, dtype=np.int64), np.full(b, max(int(axis[i]) - 1, 1))
+        else:
+            new, ctx = np.full(b, int(axis[i])), np.zeros(b, dtype=np.int64)
+        lines = m.step(new, ctx, detail=True).lines
+        out[i] = sum(x.seconds / x.count for x in lines if x.name.startswith("mla."))
+    return out
+
+
 def prior_seconds(kind: str, frame: Any, profile: HardwareProfile) -> Array | None:
-    """The roofline prior of the profile on a kind's rows (None for the MLA modules, which
-    are several ops)."""
+    """The roofline prior of the profile on a kind's rows (the MLA modules: the step
+    model's sum of the layer's ops)."""
     if kind.endswith("_module"):
-        return None
+        return mla_module_prior(kind, frame, profile)
     spec = KINDS[kind]
     lat = LatencyModels(profile)
     device = Device.of(profile)
