@@ -1,0 +1,136 @@
+"""Max-load search and replicate intervals, on a synthetic runner (no simulation)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.planner.maxload import max_load
+from simulator.planner.replicates import Interval, aggregate, passes
+from simulator.planner.space import SearchSpace, expand
+from simulator.specs.scenario import SLO, Scenario
+
+SPACE = {
+    "name": "ml", "model": "llama-3.3-70b", "devices": ["h100", "h200"],
+    "sweep": {"tp": [4, 8]}, "concurrency": [1, 64],
+    "workload": {"kind": "random", "input_tokens": 512, "output_tokens": 32,
+                 "num_requests": 24, "concurrency": 1},
+    "slo": {"interactivity_tok_per_s_p90": 20.0}, "duration_s": 600.0, "warmup_s": 0.0,
+}  # fmt: skip
+SLO20 = SLO(interactivity_tok_per_s_p90=20.0)
+
+
+def fake_runner(capacity: dict[str, int], noise: dict[int, float] | None = None):  # type: ignore[no-untyped-def]
+    """Meets the SLO (25 tok/s/user) up to each config's capacity, 15 above it; ``noise``
+    lowers one seed's interactivity by that factor."""
+    calls: list[str] = []
+
+    def run(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for sc in scenarios:
+            calls.append(sc.name)
+            config = sc.name.rsplit("-c", 1)[0]
+            users = sc.workload.concurrency
+            inter = 25.0 if users <= capacity[config] else 15.0
+            inter *= (noise or {}).get(sc.seed, 1.0)
+            out[sc.name] = {"interactivity_tok_per_s_p90": inter, "ttft_s_p90": 0.5,
+                            "throughput_tok_per_s_per_gpu": 100.0 * users,
+                            "saturated": False}  # fmt: skip
+        return out
+
+    return run, calls
+
+
+def candidates():  # type: ignore[no-untyped-def]
+    cands, _ = expand(SearchSpace.model_validate(SPACE))
+    return cands
+
+
+@given(st.integers(1, 70), st.integers(1, 70))
+def test_finds_the_capacity_of_each_configuration(c1: int, c2: int) -> None:
+    cands = candidates()[:2]
+    cap = {cands[0].config_id: c1, cands[1].config_id: c2}
+    run, calls = fake_runner(cap)
+    found = max_load(cands, SLO20, run, lo=1, hi=64, seeds=3, tolerance=0.0)
+    for s in found:
+        want = cap[s.candidate.config_id]
+        if want >= 64:
+            assert s.best == 64
+            assert "upper bound" in s.note
+        else:
+            assert s.best == want
+            assert s.worst == want + 1
+        assert s.simulations == 3 * len(s.probes)
+        # bracketing + bisection: far fewer probes than a full integer sweep
+        assert len(s.probes) <= 2 * math.ceil(math.log2(64)) + 2
+    assert len(calls) == sum(s.simulations for s in found)
+
+
+def test_a_configuration_that_fails_at_the_lower_bound_has_no_capacity() -> None:
+    cands = candidates()[:1]
+    run, _ = fake_runner({cands[0].config_id: 0})
+    (s,) = max_load(cands, SLO20, run, lo=4, hi=64, seeds=2)
+    assert s.best is None
+    assert "lower bound" in s.note
+    assert len(s.probes) == 1
+
+
+def test_one_bad_seed_fails_the_probe() -> None:
+    cands = candidates()[:1]
+    run, _ = fake_runner({cands[0].config_id: 40}, noise={1: 0.7})  # seed 1: 17.5 tok/s
+    (s,) = max_load(cands, SLO20, run, lo=1, hi=64, seeds=3)
+    assert s.best is None  # every probe has the bad seed
+
+
+def test_tolerance_stops_early() -> None:
+    cands = candidates()[:1]
+    run, _ = fake_runner({cands[0].config_id: 37})
+    (exact,) = max_load(cands, SLO20, run, lo=1, hi=64, seeds=1, tolerance=0.0)
+    run, _ = fake_runner({cands[0].config_id: 37})
+    (rough,) = max_load(cands, SLO20, run, lo=1, hi=64, seeds=1, tolerance=0.25)
+    assert exact.best == 37
+    assert rough.best is not None and rough.best <= 37
+    assert rough.worst is not None and rough.worst - rough.best <= 0.25 * rough.best
+    assert len(rough.probes) < len(exact.probes)
+
+
+def test_saturated_seed_fails() -> None:
+    ok = {"interactivity_tok_per_s_p90": 30.0, "ttft_s_p90": 0.1}
+    assert passes(SLO20, [ok, ok])
+    assert not passes(SLO20, [ok, {**ok, "saturated": True}])
+    assert not passes(SLO20, [])
+
+
+@pytest.mark.parametrize(
+    ("values", "mean", "half"),
+    [
+        ([10.0], 10.0, 0.0),
+        ([10.0, 12.0], 11.0, 12.706 * math.sqrt(2.0 / 2)),
+        ([1.0, 2.0, 3.0], 2.0, 4.303 * 1.0 / math.sqrt(3)),
+        ([5.0, None, 7.0], 6.0, 12.706 * math.sqrt(2.0 / 2)),
+    ],
+)
+def test_t_interval_of_the_mean(values: list[float | None], mean: float, half: float) -> None:
+    iv = Interval.of(values)
+    assert iv.mean == pytest.approx(mean)
+    assert iv.high - iv.mean == pytest.approx(half, rel=1e-3)  # type: ignore[operator]
+    assert iv.mean - iv.low == pytest.approx(half, rel=1e-3)  # type: ignore[operator]
+
+
+def test_aggregate_keeps_the_worst_seed_of_the_slo_figures() -> None:
+    rs = [{"interactivity_tok_per_s_p90": x, "ttft_s_p90": y, "throughput_tok_per_s_per_gpu": z}
+          for x, y, z in ((50.0, 1.0, 100.0), (40.0, 3.0, 120.0), (45.0, 2.0, 110.0))]  # fmt: skip
+    agg = aggregate(rs)
+    assert agg["seeds"] == 3
+    assert agg["interactivity_p90_worst"] == 40.0
+    assert agg["ttft_p90_s_worst"] == 3.0
+    assert agg["throughput_tok_per_s_per_gpu"] == pytest.approx(110.0)
+    assert (
+        agg["throughput_tok_per_s_per_gpu_ci_low"]
+        < 110.0
+        < agg["throughput_tok_per_s_per_gpu_ci_high"]
+    )
