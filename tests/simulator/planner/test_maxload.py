@@ -93,8 +93,10 @@ def test_tolerance_stops_early() -> None:
     run, _ = fake_runner({cands[0].config_id: 37})
     (rough,) = max_load(cands, SLO20, run, lo=1, hi=64, seeds=1, tolerance=0.25)
     assert exact.best == 37
-    assert rough.best is not None and rough.best <= 37
-    assert rough.worst is not None and rough.worst - rough.best <= 0.25 * rough.best
+    assert rough.best is not None
+    assert rough.best <= 37
+    assert rough.worst is not None
+    assert rough.worst - rough.best <= 0.25 * rough.best
     assert len(rough.probes) < len(exact.probes)
 
 
