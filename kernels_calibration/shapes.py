@@ -44,7 +44,13 @@ def impl_of(kernel: str) -> str:
 # per-tensor-scaled FP8 (the scales are 0.02 % of the bytes); FP4/INT4 dense GEMMs have no
 # kernel here and are left to the fit's roofline (``not_measured`` says so).
 GEMM_FORMAT = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
-MOE_FORMAT = {**GEMM_FORMAT, "mxfp4": "mxfp4", "nvfp4": "mxfp4", "int4_g128": "mxfp4"}
+MOE_FORMAT = {
+    **GEMM_FORMAT,
+    "mxfp4": "mxfp4",
+    "nvfp4": "mxfp4",
+    "int4_g128": "mxfp4",
+    "int4_g32": "mxfp4",
+}
 
 
 @dataclass(frozen=True)

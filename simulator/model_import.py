@@ -3,9 +3,14 @@
 Families read (``model_type``):
   kimi_k3, kimi_linear       Kimi Linear: KDA + MLA hybrid, (latent) MoE; K3 under ``text_config``
   deepseek_v3, kimi_k2       DeepSeek-V3 architecture: MLA everywhere, MoE after the dense layers
+  kimi_k25                   Kimi-K2.5: the DeepSeek-V3 / Kimi-K2 text model under ``text_config``
   qwen3_5_moe, qwen3_next    gated-DeltaNet + gated GQA hybrid, MoE with one shared expert
+  qwen3, qwen3_moe           GQA with q/k RMSNorm; dense MLP (qwen3) or MoE without a shared
+                             expert (qwen3_moe)
   llama                      dense GQA
   gpt_oss                    alternating sliding-window / full GQA, MoE, MXFP4 experts
+  minimax_m2                 GQA with q/k RMSNorm and partial RoPE, MoE in every layer, no
+                             shared expert
   minimax_m3                 GQA + block-sparse GQA (indexer), MoE with a shared expert
 
 Layer numbers on the card are 1-based; configs that give per-layer lists (``layer_types``,
@@ -28,17 +33,22 @@ from simulator.specs.loading import SpecError, parse, read_text
 from simulator.specs.model import MODULE_GROUPS, LayerKind, ModelCard, ModuleGroup
 from simulator.specs.precision import StateDtype, WeightPrecision
 
-# model_type -> family reader (kimi_k3 / qwen3_5_moe keep the text model under text_config)
+# model_type -> family reader (kimi_k3, kimi_k25 and qwen3_5_moe keep the text model under
+# text_config)
 _FAMILY_OF: dict[str, str] = {
     "kimi_k3": "kimi_linear",
     "kimi_linear": "kimi_linear",
     "deepseek_v3": "deepseek",
     "kimi_k2": "deepseek",
+    "kimi_k25": "deepseek",
     "qwen3_5_moe": "qwen",
     "qwen3_5_moe_text": "qwen",
     "qwen3_next": "qwen",
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3",
     "llama": "llama",
     "gpt_oss": "gpt_oss",
+    "minimax_m2": "minimax_m2",
     "minimax_m3": "minimax_m3",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILY_OF)
@@ -81,6 +91,14 @@ _MODULE_NAMES: dict[str, dict[ModuleGroup, str | None]] = {
         "routed_experts": "model.layers.0.mlp.experts.0.gate_proj",
         "mtp": "mtp.layers.0.self_attn.q_proj",
     },
+    "qwen3": {
+        "embedding": None,
+        "lm_head": "lm_head",
+        "attention": "model.layers.0.self_attn.q_proj",
+        "dense_mlp": "model.layers.0.mlp.gate_proj",
+        "router": "model.layers.0.mlp.gate",
+        "routed_experts": "model.layers.0.mlp.experts.0.gate_proj",
+    },
     "llama": {
         "embedding": None,
         "lm_head": "lm_head",
@@ -93,6 +111,13 @@ _MODULE_NAMES: dict[str, dict[ModuleGroup, str | None]] = {
         "attention": "model.layers.0.self_attn.q_proj",
         "router": "model.layers.0.mlp.router",
         "routed_experts": "model.layers.0.mlp.experts",
+    },
+    "minimax_m2": {
+        "embedding": None,
+        "lm_head": "lm_head",
+        "attention": "model.layers.0.self_attn.q_proj",
+        "router": "model.layers.0.block_sparse_moe.gate",
+        "routed_experts": "model.layers.0.block_sparse_moe.experts.0.w1",
     },
     "minimax_m3": {
         "embedding": None,
@@ -443,6 +468,47 @@ def _read_qwen(cfg: _Config, notes: list[str]) -> dict[str, Any]:
     }
 
 
+def _read_qwen3(cfg: _Config, notes: list[str]) -> dict[str, Any]:
+    """Qwen3 (dense) and Qwen3-MoE: GQA in every layer, q/k RMSNorm per head; MoE layers by
+    the Qwen3-MoE rule, no shared expert."""
+    count = cfg.integer("num_hidden_layers")
+    if cfg.boolean("use_sliding_window", False):
+        raise cfg.error("use_sliding_window", "sliding-window Qwen3 layers are not supported")
+    num_experts = cfg.integer("num_experts", 0)
+    step = cfg.integer("decoder_sparse_step", 1)
+    mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
+    # Qwen3-MoE rule: 0-based layer i is sparse if i not in mlp_only_layers and (i+1) % step == 0
+    moe_layers = [
+        i for i in _layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
+    ]
+    moe: dict[str, Any] | None = None
+    if moe_layers:
+        if cfg.integer("shared_expert_intermediate_size", 0):
+            raise cfg.error(
+                "shared_expert_intermediate_size", "qwen3_moe has no shared expert; got one"
+            )
+        moe = {
+            "num_experts": num_experts,
+            "top_k": cfg.integer("num_experts_per_tok"),
+            "expert_intermediate_size": cfg.integer("moe_intermediate_size"),
+            "num_shared_experts": 0,
+        }
+    notes.append(
+        "q_norm / k_norm (RMSNorm of each query and key head, head_dim weights) are not on the"
+        " card: no GEMM and a negligible share of the weights"
+    )
+    return {
+        "layers": {
+            "count": count,
+            "mixers": {"gqa": _layer_range(count)},
+            "moe_layers": moe_layers,
+        },
+        "gqa": _gqa(cfg, False),
+        "dense_intermediate_size": _dense_size(cfg, moe_layers, count, "intermediate_size"),
+        "moe": moe,
+    }
+
+
 def _read_llama(cfg: _Config, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     return {
@@ -484,6 +550,48 @@ def _per_layer_flags(cfg: _Config, key: str, count: int) -> list[int]:
     if len(flags) != count:
         raise cfg.error(key, f"has {len(flags)} entries for {count} layers")
     return [i for i, f in enumerate(flags, start=1) if f]
+
+
+def _read_minimax_m2(cfg: _Config, notes: list[str]) -> dict[str, Any]:
+    """MiniMax-M2 / M2.5: full GQA in every layer (q/k RMSNorm over all heads, partial RoPE),
+    MoE in every layer (``intermediate_size`` is the expert width), no shared expert."""
+    count = cfg.integer("num_hidden_layers")
+    if cfg.has("attn_type_list"):
+        types = cfg.int_list("attn_type_list")
+        if len(types) != count:
+            raise cfg.error("attn_type_list", f"has {len(types)} entries for {count} layers")
+        if any(t != 1 for t in types):
+            raise cfg.error(
+                "attn_type_list", "only full softmax attention (1) in every layer is supported"
+            )
+    if cfg.integer("shared_intermediate_size", 0):
+        raise cfg.error("shared_intermediate_size", "minimax_m2 shared experts are not supported")
+    notes.append(
+        f"q/k RMSNorm ({cfg.get('qk_norm_type', 'per_layer')}: over all heads, so TP ranks"
+        f" reduce its statistics) and partial RoPE (rotary_dim {cfg.get('rotary_dim', '?')}"
+        " of head_dim) are not on the card"
+    )
+    if cfg.boolean("use_mtp", False):
+        notes.append(
+            f"use_mtp with num_mtp_modules {cfg.get('num_mtp_modules', '?')}: mtp_layers follows"
+            f" num_nextn_predict_layers ({cfg.get('num_nextn_predict_layers', 0)}); the MTP"
+            " modules are not counted (served here without speculative decoding)"
+        )
+    return {
+        "layers": {
+            "count": count,
+            "mixers": {"gqa": _layer_range(count)},
+            "moe_layers": _layer_range(count),
+        },
+        "gqa": _gqa(cfg, False),
+        "moe": {
+            "num_experts": cfg.integer("num_local_experts"),
+            "top_k": cfg.integer("num_experts_per_tok"),
+            "expert_intermediate_size": cfg.integer("intermediate_size"),
+            "num_shared_experts": 0,
+        },
+        "mtp_layers": cfg.integer("num_nextn_predict_layers", 0),
+    }
 
 
 def _read_minimax_m3(cfg: _Config, notes: list[str]) -> dict[str, Any]:
@@ -550,7 +658,9 @@ _READERS: dict[str, Callable[[_Config, list[str]], dict[str, Any]]] = {
     "deepseek": _read_deepseek,
     "qwen": _read_qwen,
     "llama": _read_llama,
+    "qwen3": _read_qwen3,
     "gpt_oss": _read_gpt_oss,
+    "minimax_m2": _read_minimax_m2,
     "minimax_m3": _read_minimax_m3,
 }
 
@@ -599,6 +709,8 @@ def _ct_precision(q: _Config, group: Mapping[str, Any], name: str) -> WeightPrec
         return "fp8_block" if weights.get("strategy") == "block" else "fp8"
     if bits == 4 and weights.get("type") == "int" and weights.get("group_size") == 128:
         return "int4_g128"
+    if bits == 4 and weights.get("type") == "int" and weights.get("group_size") == 32:
+        return "int4_g32"
     raise q.error(
         f"config_groups.{name}",
         f"unsupported compressed-tensors weights (format {fmt!r}, {weights.get('type')}"

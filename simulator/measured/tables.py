@@ -37,7 +37,7 @@ MOE_DTYPES = {
     "fp8_block": "fp8_block",
     "nvfp4": "nvfp4",
     "w4a16_mxfp4": "mxfp4",  # MXFP4 weights, BF16 activations (Triton / Marlin / trtllm)
-    "int4_wo": "int4_g128",  # INT4 weight-only (Marlin; the table's checkpoint uses groups of 32)
+    "int4_wo": "int4_g32",  # INT4 weight-only, groups of 32 (Marlin; Kimi-K2.5)
 }
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 NCCL_OPS = {

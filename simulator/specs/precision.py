@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-WeightPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_g128"]
+WeightPrecision = Literal[
+    "fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_g128", "int4_g32"
+]
 KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"]
 StateDtype = Literal["fp32", "bf16"]
 ComputeDtype = Literal["bf16", "fp8", "fp4"]
@@ -45,6 +47,8 @@ WEIGHT_FORMATS: dict[WeightPrecision, NumberFormat] = {
     "nvfp4": NumberFormat(4, group_size=16, scale_bits=8, source="NVIDIA NVFP4 (Blackwell) format"),
     # AWQ/GPTQ style int4 with one bf16 scale per 128 (zero points ignored)
     "int4_g128": NumberFormat(4, group_size=128, scale_bits=16),
+    # the same with one bf16 scale per 32 (Kimi-K2.5's compressed-tensors int4, group_size 32)
+    "int4_g32": NumberFormat(4, group_size=32, scale_bits=16),
 }
 
 # Which peak-FLOPs entry of a hardware profile a weight format computes at.
@@ -57,6 +61,7 @@ COMPUTE_DTYPE_OF: dict[WeightPrecision, ComputeDtype] = {
     "mxfp4": "fp4",
     "nvfp4": "fp4",
     "int4_g128": "bf16",
+    "int4_g32": "bf16",
 }
 
 STATE_BYTES: dict[StateDtype, int] = {"fp32": 4, "bf16": 2}

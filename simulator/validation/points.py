@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModuleGroup
@@ -67,6 +67,7 @@ SEQUENCES: dict[str, tuple[int, int]] = {
 }
 
 Overrides = dict[ModuleGroup, WeightPrecision]
+Router = Literal["round_robin", "least_loaded", "session_affinity"]
 
 
 def weight_overrides(card: str, precision: str, device: str) -> Overrides | None:
@@ -284,6 +285,41 @@ def select(
     return [p for p in kept if p.row in chosen]
 
 
+def benchmark_scenario(
+    name: str,
+    card: str,
+    device: str,
+    serving: ServingConfig,
+    isl: int,
+    osl: int,
+    conc: int,
+    requests_per_conc: int = 10,
+    seed: int = 0,
+    router: Router = "session_affinity",
+) -> Scenario:
+    """The InferenceX benchmark client as a scenario: random prompts of ISL/OSL uniform in
+    [0.8 x len, len], closed loop at ``conc`` in flight, ``requests_per_conc x conc``
+    requests, no warm-up and no time limit (the run lasts until every request finished)."""
+    workload = RandomPromptWorkload(
+        input_tokens=isl,
+        output_tokens=osl,
+        range_ratio=0.8,
+        num_requests=requests_per_conc * conc,
+        concurrency=conc,
+    )
+    return Scenario(
+        name=name,
+        model=card,
+        device=device,
+        serving=serving,
+        workload=workload,
+        seed=seed,
+        warmup_s=0.0,
+        duration_s=None,
+        router=router,
+    )
+
+
 def scenario_for(point: Point, requests_per_conc: int = 10, seed: int = 0) -> Scenario:
     serving = ServingConfig(
         tp=point.tp,
@@ -291,20 +327,14 @@ def scenario_for(point: Point, requests_per_conc: int = 10, seed: int = 0) -> Sc
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
     )
-    workload = RandomPromptWorkload(
-        input_tokens=point.isl,
-        output_tokens=point.osl,
-        range_ratio=0.8,
-        num_requests=requests_per_conc * point.conc,
-        concurrency=point.conc,
-    )
-    return Scenario(
-        name=f"inferencemax row {point.row}",
-        model=point.card,
-        device=point.device,
-        serving=serving,
-        workload=workload,
-        seed=seed,
-        warmup_s=0.0,
-        duration_s=None,
+    return benchmark_scenario(
+        f"inferencemax row {point.row}",
+        point.card,
+        point.device,
+        serving,
+        point.isl,
+        point.osl,
+        point.conc,
+        requests_per_conc,
+        seed,
     )

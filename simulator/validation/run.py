@@ -8,8 +8,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from simulator.validation.points import (
     scenario_for,
     select,
 )
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,38 @@ def simulate_point(point: Point, requests_per_conc: int = 10, seed: int = 0) -> 
     )
 
 
+def run_parallel(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    cost: Callable[[T], float],
+    workers: int = 1,
+    progress: Callable[[int, int, R], None] | None = None,
+) -> list[R]:
+    """``fn`` over every item, in worker processes when ``workers > 1`` (``fn`` must pickle:
+    a module-level function or a ``functools.partial`` of one). Results come in the input
+    order whatever the worker count; the costliest items start first, so one long item does
+    not finish alone at the end."""
+    total = len(items)
+    results: list[R] = []
+    if workers <= 1 or total <= 1:
+        for item in items:
+            r = fn(item)
+            results.append(r)
+            if progress is not None:
+                progress(len(results), total, r)
+        return results
+    order = sorted(range(total), key=lambda i: -cost(items[i]))
+    by_index: dict[int, R] = {}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {i: pool.submit(fn, items[i]) for i in order}
+        for i in order:
+            r = futures[i].result()
+            by_index[i] = r
+            if progress is not None:
+                progress(len(by_index), total, r)
+    return [by_index[i] for i in range(total)]
+
+
 def run_points(
     points: Sequence[Point],
     requests_per_conc: int = 10,
@@ -119,28 +155,13 @@ def run_points(
         raise SpecError(
             "(arguments)", "requests_per_conc", f"must be >= 1, got {requests_per_conc}"
         )
-    total = len(points)
-    results: list[PointResult] = []
-    if workers <= 1 or total <= 1:
-        for p in points:
-            r = simulate_point(p, requests_per_conc, seed)
-            results.append(r)
-            if progress is not None:
-                progress(len(results), total, r)
-        return results
-    # largest first, so one long point does not finish alone at the end
-    order = sorted(range(total), key=lambda i: -points[i].conc * (points[i].isl + points[i].osl))
-    by_index: dict[int, PointResult] = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            i: pool.submit(simulate_point, points[i], requests_per_conc, seed) for i in order
-        }
-        for i in order:
-            r = futures[i].result()
-            by_index[i] = r
-            if progress is not None:
-                progress(len(by_index), total, r)
-    return [by_index[i] for i in range(total)]
+    return run_parallel(
+        partial(simulate_point, requests_per_conc=requests_per_conc, seed=seed),
+        points,
+        lambda p: p.conc * (p.isl + p.osl),
+        workers,
+        progress,
+    )
 
 
 @dataclass(frozen=True)
@@ -263,7 +284,13 @@ def validate(
     )
 
 
-def write_points_csv(results: Sequence[PointResult], path: str | Path) -> None:
+class HasRow(Protocol):
+    """A per-point result that knows its CSV row (PointResult, silicon's SiliconResult)."""
+
+    def row(self) -> dict[str, Any]: ...
+
+
+def write_points_csv(results: Sequence[HasRow], path: str | Path) -> None:
     rows = [r.row() for r in results]
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

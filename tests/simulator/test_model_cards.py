@@ -4,6 +4,7 @@ Hugging Face configs, and they survive a YAML round trip."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,35 @@ HF_SOURCES: dict[str, str] = {
     "gpt-oss-120b": "model_configs/hf/openai--gpt-oss-120b_config.json",
     "minimax-m3": "model_configs/hf/MiniMaxAI--MiniMax-M3_config.json",
 }
+# card name -> the config.json it is built from, shipped in the aiconfigurator-core package
+# (the ``measured`` extra) under aiconfigurator_core/model_configs/
+PACKAGE_SOURCES: dict[str, str] = {
+    "qwen3-32b": "Qwen--Qwen3-32B_config.json",
+    "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8_config.json",
+    "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B_config.json",
+    "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5_config.json",
+    "kimi-k2.5": "moonshotai--Kimi-K2.5_config.json",
+}
+
+
+def _package_root() -> Path | None:
+    """The folder holding ``aiconfigurator_core/`` (site-packages), or None when absent."""
+    try:
+        spec = importlib.util.find_spec("aiconfigurator_core")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))).parent
+    return root if (root / "aiconfigurator_core" / "model_configs").is_dir() else None
+
+
+PACKAGE_ROOT = _package_root()
+needs_package = pytest.mark.skipif(
+    PACKAGE_ROOT is None,
+    reason="aiconfigurator-core is not installed (pip install '.[measured]'): the configs the"
+    " package-sourced cards are built from are not available",
+)
 KIMI_LINEAR_SOURCE = "model_architectures.json (config.json values)"
 NOT_ARCHITECTURE = {"name", "source", "hf_id", "published", "notes"}
 
@@ -94,7 +124,7 @@ def llama_config() -> dict[str, Any]:
 
 
 def test_expected_cards_are_present() -> None:
-    assert set(model_names()) == {*HF_SOURCES, "kimi-linear-48b-a3b"}
+    assert set(model_names()) == {*HF_SOURCES, *PACKAGE_SOURCES, "kimi-linear-48b-a3b"}
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -116,6 +146,25 @@ def test_card_equals_import_of_its_config(name: str) -> None:
     assert card.source == f"../shared/data/{HF_SOURCES[name]}"
     imported = import_hf_config(load_hf_config(SHARED_DATA / HF_SOURCES[name]), name, card.source)
     assert architecture(imported) == architecture(card)
+
+
+@needs_package
+@pytest.mark.parametrize("name", sorted(PACKAGE_SOURCES))
+def test_package_card_equals_import_of_its_config(name: str) -> None:
+    assert PACKAGE_ROOT is not None
+    card = model_card(name)
+    assert card.source == f"aiconfigurator_core/model_configs/{PACKAGE_SOURCES[name]}"
+    imported = import_hf_config(load_hf_config(PACKAGE_ROOT / card.source), name, card.source)
+    assert architecture(imported) == architecture(card)
+
+
+@needs_package
+def test_llama_3_1_70b_config_is_the_llama_3_3_70b_architecture() -> None:
+    assert PACKAGE_ROOT is not None
+    configs = PACKAGE_ROOT / "aiconfigurator_core" / "model_configs"
+    path = configs / "meta-llama--Meta-Llama-3.1-70B_config.json"
+    imported = import_hf_config(load_hf_config(path), "llama-3.1-70b", str(path))
+    assert architecture(imported) == architecture(model_card("llama-3.3-70b"))
 
 
 @needs_shared
@@ -168,6 +217,84 @@ def test_kimi_linear_facts() -> None:
     assert card.mla is not None
     assert card.mla.q_lora_rank is None
     assert set(card.weight_precision.values()) == {"bf16"}
+
+
+def test_new_family_facts() -> None:
+    qwen = model_card("qwen3-235b-a22b-fp8")
+    assert qwen.moe is not None
+    assert qwen.gqa is not None
+    assert (qwen.moe.num_experts, qwen.moe.top_k, qwen.moe.num_shared_experts) == (128, 8, 0)
+    assert qwen.layers.moe_layers == list(range(1, 95))
+    assert qwen.dense_intermediate_size is None
+    assert (qwen.gqa.num_heads, qwen.gqa.num_kv_heads) == (64, 4)
+    # the native FP8 checkpoint: 128x128 block scales, router (mlp.gate) and lm_head kept bf16
+    assert qwen.weight_precision["routed_experts"] == "fp8_block"
+    assert qwen.weight_precision["attention"] == "fp8_block"
+    assert qwen.weight_precision["router"] == "bf16"
+    dense = model_card("qwen3-32b")
+    assert dense.layers.moe_layers == []
+    assert dense.dense_intermediate_size == 25600
+    minimax = model_card("minimax-m2.5")
+    assert minimax.moe is not None
+    assert (minimax.moe.num_experts, minimax.moe.expert_intermediate_size) == (256, 1536)
+    assert minimax.weight_precision["router"] == "bf16"
+    assert minimax.weight_precision["routed_experts"] == "fp8_block"
+    kimi = model_card("kimi-k2.5")
+    assert kimi.model_type == "kimi_k25"
+    assert kimi.weight_precision["routed_experts"] == "int4_g32"
+    assert {kimi.weight_precision[g] for g in ("attention", "shared_experts", "dense_mlp")} == {
+        "bf16"
+    }
+    # the same text model as Kimi K2 apart from the checkpoint's precisions
+    same = NOT_ARCHITECTURE | {"model_type", "weight_precision", "max_context_tokens"}
+    assert kimi.model_dump(exclude=same) == model_card("kimi-k2").model_dump(exclude=same)
+
+
+def test_qwen3_moe_rule_and_int4_group_32() -> None:
+    config = llama_config() | {
+        "model_type": "qwen3_moe",
+        "num_hidden_layers": 4,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [3],
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "ignore": ["lm_head", "re:.*self_attn.*"],
+            "config_groups": {
+                "g": {
+                    "targets": ["Linear"],
+                    "weights": {"num_bits": 4, "type": "int", "group_size": 32},
+                }
+            },
+        },
+    }
+    card = import_hf_config(config, "q", "q.json")
+    assert card.layers.moe_layers == [2]  # layer 4 (0-based 3) is in mlp_only_layers
+    assert card.weight_precision["routed_experts"] == "int4_g32"
+    assert card.weight_precision["dense_mlp"] == "int4_g32"
+    assert card.weight_precision["attention"] == "bf16"
+
+
+def test_minimax_m2_refuses_what_it_cannot_express() -> None:
+    config = llama_config() | {
+        "model_type": "minimax_m2",
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "attn_type_list": [1, 0],
+    }
+    with pytest.raises(SpecError, match="only full softmax attention") as info:
+        import_hf_config(config, "m", "m.json")
+    assert info.value.field == "attn_type_list"
+    config["attn_type_list"] = [1, 1]
+    card = import_hf_config(config | {"shared_intermediate_size": 0}, "m", "m.json")
+    assert card.layers.moe_layers == [1, 2]
+    assert card.moe is not None
+    assert card.moe.expert_intermediate_size == 128
+    with pytest.raises(SpecError, match="shared experts"):
+        import_hf_config(config | {"shared_intermediate_size": 64}, "m", "m.json")
 
 
 # --- (d) importer errors --------------------------------------------------------------------

@@ -1,0 +1,713 @@
+"""End-to-end validation against the measured vLLM serving points of aiconfigurator-core.
+
+The ``aiconfigurator-core`` package (0.12.0; the planner's ``measured`` extra) ships
+``systems/silicon_sample.csv``: serving points measured on real GPUs, each with its model,
+system, precision, parallelism, ISL/OSL, batch size and the measured TTFT and TPOT. This
+module simulates its vLLM aggregated points and compares TTFT and TPOT. It is a validation
+set: nothing in the planner is fitted or tuned to these points.
+
+Reading of a point (the benchmark client's steady state, as the package's source
+establishes: ``batch_size x attention_dp_size`` is the client's max concurrency in every vLLM
+aggregated row, and the rows match SemiAnalysis InferenceX records):
+
+- closed loop with ``concurrency = batch_size x attention_dp_size`` requests in flight,
+  ``10 x concurrency`` requests (``--num-prompts CONC*10``, ``--max-concurrency CONC``);
+- prompt and output lengths uniform integers in [0.8 x len, len] (random dataset,
+  ``--random-range-ratio 0.8``), ``--ignore-eos``, no prefix reuse, prefix caching off;
+- simulated TTFT = median over requests of first token - arrival; TPOT = median of
+  (E2E - TTFT) / (output tokens - 1). Whether the CSV's TTFT/TPOT are medians or means is
+  not stated; both simulated statistics go to the per-point CSV, the errors use the medians.
+
+Errors: APE = |sim - measured| / measured x 100; bias = (sim - measured) / measured x 100, so
+for these latencies a positive bias means the simulator is pessimistic (slower than measured).
+Rows that cannot be simulated faithfully are skipped and counted with a reason; malformed
+files or rows are a :class:`SpecError` naming file, row and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from simulator import catalog
+from simulator.specs.loading import SpecError
+from simulator.specs.model import ModuleGroup
+from simulator.specs.precision import WeightPrecision
+from simulator.specs.scenario import Scenario
+from simulator.specs.serving import ServingConfig
+from simulator.validation.points import Overrides, Router, benchmark_scenario
+from simulator.validation.run import median_tpot_s, run_parallel
+from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
+
+CSV_NAME = "silicon_sample.csv"
+
+REQUIRED_COLUMNS = (
+    "id",
+    "backend",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+
+# model_path of the CSV -> model card (every card is the importer's output of the model's
+# config.json, see MODEL_ROWS for the evidence)
+MODELS: dict[str, str] = {
+    "meta-llama/Llama-3.1-70B": "llama-3.3-70b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8",
+    "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5",
+    "moonshotai/Kimi-K2.5": "kimi-k2.5",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+}
+
+# (model_path, card, why) for the document
+MODEL_ROWS: list[tuple[str, str, str]] = [
+    (
+        "meta-llama/Llama-3.1-70B",
+        "llama-3.3-70b",
+        "same architecture: the card is imported from meta-llama--Meta-Llama-3.1-70B_config.json"
+        " (`tests/simulator/test_model_cards.py` re-derives it from the package's copy)",
+    ),
+    (
+        "nvidia/Llama-3.1-8B-Instruct-FP8",
+        "llama-3.1-8b",
+        "imported from meta-llama--Meta-Llama-3.1-8B_config.json (the FP8 checkpoint quantizes"
+        " the same architecture)",
+    ),
+    ("Qwen/Qwen3-32B", "qwen3-32b", "imported from Qwen--Qwen3-32B_config.json (`qwen3`)"),
+    (
+        "Qwen/Qwen3-235B-A22B-FP8",
+        "qwen3-235b-a22b-fp8",
+        "imported from Qwen--Qwen3-235B-A22B-FP8_config.json (`qwen3_moe`; its"
+        " quantization_config: fp8 e4m3, weight_block_size 128x128, router and lm_head bf16)",
+    ),
+    (
+        "MiniMaxAI/MiniMax-M2.5",
+        "minimax-m2.5",
+        "imported from MiniMaxAI--MiniMax-M2.5_config.json (`minimax_m2`; the native checkpoint"
+        " is fp8 with 128x128 blocks, router and lm_head bf16; its 3 MTP modules are not loaded)",
+    ),
+    (
+        "moonshotai/Kimi-K2.5",
+        "kimi-k2.5",
+        "imported from moonshotai--Kimi-K2.5_config.json (`kimi_k25`: the Kimi-K2 / DeepSeek-V3"
+        " text model under text_config; routed experts int4 in groups of 32 (`int4_g32`), the"
+        " rest bf16; vision tower not counted: the prompts are text)",
+    ),
+    ("openai/gpt-oss-120b", "gpt-oss-120b", "the existing card (native MXFP4 routed experts)"),
+]
+
+
+@dataclass(frozen=True)
+class PrecisionMapping:
+    """How one (card, precision, gemm_quant_mode, moe_quant_mode) combination is served."""
+
+    overrides: Overrides  # ServingConfig.weight_precision on top of the card's
+    checkpoint: str  # what vLLM loaded, in words (for the document)
+    needs_fp4: bool = False  # NVFP4 weights: only on a GPU with FP4 tensor cores
+
+
+_LINEAR_FP8: Overrides = {"attention": "fp8", "dense_mlp": "fp8"}
+_LINEAR_NVFP4: Overrides = {"attention": "nvfp4", "dense_mlp": "nvfp4"}
+
+# (card, precision, gemm_quant_mode, moe_quant_mode) -> mapping; "" = empty cell. Every
+# combination of the CSV's vLLM aggregated rows is here; any other is skipped with a reason.
+PRECISIONS: dict[tuple[str, str, str, str], PrecisionMapping] = {
+    ("llama-3.3-70b", "fp8", "fp8", "fp8"): PrecisionMapping(
+        _LINEAR_FP8,
+        "FP8 with per-tensor scales on every linear layer, embedding and lm_head bf16"
+        " (ModelOpt, as nvidia/Llama-3.1-70B-Instruct-FP8, whose hf_quant_config the package"
+        " ships: quant_algo FP8, exclude_modules [lm_head])",
+    ),
+    ("llama-3.3-70b", "fp4", "nvfp4", "nvfp4"): PrecisionMapping(
+        _LINEAR_NVFP4,
+        "**assumption**: NVFP4 on every linear layer, embedding and lm_head bf16 (as the"
+        " NVIDIA ModelOpt FP4 Llama checkpoints; the package ships no config for this one)",
+        needs_fp4=True,
+    ),
+    ("llama-3.1-8b", "fp8", "fp8", "fp8"): PrecisionMapping(
+        _LINEAR_FP8,
+        "nvidia/Llama-3.1-8B-Instruct-FP8 (ModelOpt FP8, per-tensor scales): every linear"
+        " layer fp8, embedding and lm_head bf16",
+    ),
+    ("qwen3-32b", "", "", ""): PrecisionMapping(
+        {}, "empty precision columns: the published Qwen/Qwen3-32B checkpoint, bf16 = the card"
+    ),
+    ("qwen3-32b", "fp8", "fp8", "fp8"): PrecisionMapping(
+        _LINEAR_FP8,
+        "**assumption**: model_path is the bf16 checkpoint, so FP8 is vLLM's online"
+        " `--quantization fp8` (per-tensor) on every linear layer (Qwen/Qwen3-32B-FP8 with"
+        " 128x128 blocks would run the same FP8 GEMMs)",
+    ),
+    ("qwen3-235b-a22b-fp8", "fp8", "fp8", "fp8"): PrecisionMapping(
+        {}, "the checkpoint itself: fp8 with 128x128 block scales (`fp8_block`) = the card"
+    ),
+    ("minimax-m2.5", "fp8", "fp8", "fp8"): PrecisionMapping(
+        {}, "the native checkpoint: fp8 with 128x128 block scales (`fp8_block`) = the card"
+    ),
+    ("minimax-m2.5", "fp4", "nvfp4", "nvfp4"): PrecisionMapping(
+        {"routed_experts": "nvfp4", "attention": "bf16"},
+        "nvidia/MiniMax-M2.5-NVFP4 (its config ships in the package): NVFP4 routed experts;"
+        " its ignore list keeps every self_attn, the router and lm_head out, so attention is"
+        " bf16 (not the native fp8_block) although gemm_quant_mode says nvfp4",
+        needs_fp4=True,
+    ),
+    ("kimi-k2.5", "int4", "int4_wo", "int4_wo"): PrecisionMapping(
+        {},
+        "the native checkpoint: int4 weight-only routed experts in groups of 32 (`int4_g32`,"
+        " compressed-tensors pack-quantized), attention, shared experts, dense MLP, lm_head"
+        " bf16 = the card",
+    ),
+    ("kimi-k2.5", "fp4", "nvfp4", "nvfp4"): PrecisionMapping(
+        {"routed_experts": "nvfp4", "shared_experts": "nvfp4", "dense_mlp": "nvfp4"},
+        "nvidia/Kimi-K2.5-NVFP4 (its config ships in the package): NVFP4 on every linear"
+        " layer except self_attn and lm_head (ignore list), so routed and shared experts and"
+        " the dense MLP of layer 1 are NVFP4, attention bf16",
+        needs_fp4=True,
+    ),
+    ("gpt-oss-120b", "fp4", "nvfp4", "nvfp4"): PrecisionMapping(
+        {},
+        "the native openai/gpt-oss-120b checkpoint = the card: MXFP4 routed experts, the rest"
+        " bf16 (the CSV labels its quant modes nvfp4; model_path is the MXFP4 checkpoint)."
+        " On H100/H200 vLLM runs MXFP4 weight-only",
+    ),
+}
+
+SKIP_BACKEND = "backend {backend!r}: not vLLM"
+SKIP_DISAGG = (
+    "mode disagg (prefill/decode disaggregated on separate workers): this validation"
+    " simulates aggregated serving only"
+)
+SKIP_PP = "pp_size {pp} > 1: pipeline parallelism is not modelled"
+
+
+def default_data() -> Path:
+    """``silicon_sample.csv`` of the installed aiconfigurator-core (beside ``systems/data``)."""
+    from simulator.measured.package import TESTED_VERSION, data_source
+
+    source = data_source()
+    if source is None:
+        raise SpecError(
+            "(arguments)",
+            "data",
+            f"aiconfigurator-core is not installed (pip install '.[measured]', version"
+            f" {TESTED_VERSION}); give --data PATH to {CSV_NAME}",
+        )
+    path = source.root.parent / CSV_NAME
+    if not path.is_file():
+        raise SpecError(path, "(file)", f"no {CSV_NAME} beside the measured tables; give --data")
+    return path
+
+
+def devices_by_system() -> dict[str, str]:
+    """aiconfigurator system name (``h200_sxm``) -> hardware profile, from each profile's
+    ``measured_tables``."""
+    out: dict[str, str] = {}
+    for name in catalog.device_names():
+        system = catalog.hardware_profile(name).measured_tables
+        if system:
+            out[system] = name
+    return out
+
+
+@dataclass(frozen=True)
+class SiliconPoint:
+    """One mappable CSV row and the scenario parameters it maps to."""
+
+    row: int  # 1-based data row of the CSV
+    id: str
+    model_path: str
+    card: str
+    system: str
+    device: str
+    backend_version: str
+    precision: str
+    gemm_quant_mode: str
+    moe_quant_mode: str
+    weight_precision: tuple[tuple[ModuleGroup, WeightPrecision], ...]
+    isl: int
+    osl: int
+    batch_size: int
+    conc: int  # batch_size x attention_dp_size
+    tp: int
+    dp: int
+    ep: int
+    ttft_ms: float  # measured
+    tpot_ms: float  # measured
+
+    @property
+    def router(self) -> Router:
+        # vLLM's DP coordinator sends each request to the engine with the fewest requests
+        return "least_loaded" if self.dp > 1 else "session_affinity"
+
+    @property
+    def cost(self) -> float:
+        return float(self.conc * (self.isl + self.osl))
+
+
+@dataclass
+class LoadedSilicon:
+    points: list[SiliconPoint]
+    skipped: Counter[str] = field(default_factory=Counter)
+    rows: int = 0
+
+
+def _cell(rec: dict[str, str | None], column: str) -> str:
+    return (rec.get(column) or "").strip()
+
+
+def _float(file: Path, row: int, column: str, text: str) -> float:
+    if not text:
+        raise SpecError(file, f"row {row}, column {column}", "empty cell")
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(file, f"row {row}, column {column}", f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(file, f"row {row}, column {column}", f"must be positive, got {text!r}")
+    return value
+
+
+def _int(file: Path, row: int, column: str, text: str, empty: int | None = None) -> int:
+    """A positive integer cell (``4.0`` is 4); ``empty`` is the value of an empty cell, None =
+    an empty cell is an error."""
+    if not text and empty is not None:
+        return empty
+    value = _float(file, row, column, text)
+    if not value.is_integer():
+        raise SpecError(file, f"row {row}, column {column}", f"{text!r} is not an integer")
+    return int(value)
+
+
+def parallelism(
+    is_moe: bool, tp: int, pp: int, adp: int, moe_tp: int, moe_ep: int
+) -> tuple[int, int, int] | str:
+    """(tp, dp, ep) of the ServingConfig, or why the layout cannot be expressed.
+
+    The CSV's world is tp_size x attention_dp_size GPUs; its MoE layers are sharded
+    moe_tp_size x moe_ep_size ways (their product must be that world). The planner's vLLM
+    layouts: experts TP-sharded inside one replica (ep 1), or expert parallelism over all
+    tp x dp GPUs (``--enable-expert-parallel``, ep = tp x dp).
+    """
+    if pp != 1:
+        return SKIP_PP.format(pp=pp)
+    world = tp * adp
+    if not is_moe:
+        return tp, adp, 1  # dense: attention_dp_size replicas; the moe columns do not apply
+    if moe_tp * moe_ep != world:
+        return (
+            f"moe_tp_size x moe_ep_size ({moe_tp} x {moe_ep}) differs from tp_size x"
+            f" attention_dp_size ({tp} x {adp}): not a consistent vLLM layout"
+        )
+    if moe_ep == 1:
+        if adp > 1:
+            return (
+                "attention_dp_size > 1 with TP-sharded experts (moe_ep_size 1): the planner's"
+                " data parallelism shares experts only through expert parallelism"
+            )
+        return tp, 1, 1
+    if moe_ep == world:
+        return tp, adp, world
+    return (
+        f"experts split both ways (moe_tp_size {moe_tp} x moe_ep_size {moe_ep}): the planner"
+        " has EP over all GPUs or none"
+    )
+
+
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def map_row(
+    file: Path, row: int, rec: dict[str, str | None], devices: dict[str, str]
+) -> SiliconPoint | str:
+    """One CSV record as a point, or the reason it is skipped (a SpecError if malformed)."""
+    backend = _cell(rec, "backend")
+    if backend != "vllm":
+        return SKIP_BACKEND.format(backend=backend)
+    mode = _cell(rec, "mode")
+    if mode != "agg":
+        return SKIP_DISAGG if mode == "disagg" else f"mode {mode!r}: not aggregated serving"
+    model_path = _cell(rec, "model_path")
+    card_name = MODELS.get(model_path)
+    if card_name is None:
+        return f"no model card for model_path {model_path!r}"
+    system = _cell(rec, "system")
+    device = devices.get(system)
+    if device is None:
+        return f"no hardware profile for system {system!r}"
+    quant = (_cell(rec, "precision"), _cell(rec, "gemm_quant_mode"), _cell(rec, "moe_quant_mode"))
+    mapping = PRECISIONS.get((card_name, *quant))
+    if mapping is None:
+        return (
+            f"no precision mapping for {card_name} precision/gemm/moe"
+            f" {'/'.join(q or '-' for q in quant)}"
+        )
+    profile = catalog.hardware_profile(device)
+    if mapping.needs_fp4 and profile.peak_flops_per_s.fp4 is None:
+        return f"NVFP4 checkpoint on {device}, which has no FP4 tensor cores"
+    card = catalog.model_card(card_name)
+    is_moe = card.moe is not None and bool(card.layers.moe_layers)
+
+    def num(col: str) -> int:
+        return _int(file, row, col, _cell(rec, col))
+
+    tp, batch = num("tp_size"), num("batch_size")
+    pp = _int(file, row, "pp_size", _cell(rec, "pp_size"), empty=1)
+    adp = _int(file, row, "attention_dp_size", _cell(rec, "attention_dp_size"), empty=1)
+    moe_tp = moe_ep = 1
+    if is_moe:
+        moe_tp = _int(file, row, "moe_tp_size", _cell(rec, "moe_tp_size"), empty=1)
+        moe_ep = _int(file, row, "moe_ep_size", _cell(rec, "moe_ep_size"), empty=1)
+    layout = parallelism(is_moe, tp, pp, adp, moe_tp, moe_ep)
+    if isinstance(layout, str):
+        return layout
+    conc = batch * adp
+    recorded = _CONCURRENCY.search(_cell(rec, "silicon_data_source"))
+    if recorded is not None and int(recorded.group(1)) != conc:
+        return "recorded silicon_concurrency differs from batch_size x attention_dp_size"
+    isl, osl = num("isl"), num("osl")
+    if osl < 2:
+        return "osl < 2: no TPOT"
+    ttft = _float(file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"))
+    tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"))
+    return SiliconPoint(
+        row=row,
+        id=_cell(rec, "id"),
+        model_path=model_path,
+        card=card_name,
+        system=system,
+        device=device,
+        backend_version=_cell(rec, "backend_version"),
+        precision=quant[0],
+        gemm_quant_mode=quant[1],
+        moe_quant_mode=quant[2],
+        weight_precision=tuple(sorted(mapping.overrides.items())),
+        isl=isl,
+        osl=osl,
+        batch_size=batch,
+        conc=conc,
+        tp=layout[0],
+        dp=layout[1],
+        ep=layout[2],
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+    )
+
+
+def load_silicon(path: str | Path) -> LoadedSilicon:
+    """Read the CSV; map every row or count it as skipped (with its reason)."""
+    file = Path(path)
+    if file.is_dir():
+        raise SpecError(file, "(file)", f"is a directory, not a CSV file (give {CSV_NAME})")
+    try:
+        with file.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            if not header:
+                raise SpecError(file, "(file)", "empty file")
+            for col in REQUIRED_COLUMNS:
+                if col not in header:
+                    raise SpecError(file, f"column {col}", "missing from the header")
+            reader.fieldnames = header
+            raw = list(reader)
+    except FileNotFoundError:
+        raise SpecError(file, "(file)", "no such file") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(file, "(file)", f"not a readable CSV: {exc}") from None
+    except OSError as exc:
+        raise SpecError(file, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    out = LoadedSilicon(points=[], rows=len(raw))
+    devices = devices_by_system()
+    for i, rec in enumerate(raw, start=1):
+        mapped = map_row(file, i, rec, devices)
+        if isinstance(mapped, str):
+            out.skipped[mapped] += 1
+        else:
+            out.points.append(mapped)
+    return out
+
+
+def select(
+    points: Sequence[SiliconPoint], models: Iterable[str] = (), limit: int | None = None
+) -> list[SiliconPoint]:
+    """Filter by card names; keep at most ``limit`` points, evenly spaced in file order (first
+    and last kept)."""
+    wanted = set(models)
+    bad = wanted - set(MODELS.values())
+    if bad:
+        raise SpecError(
+            "(arguments)", "models", f"unknown {sorted(bad)}; known: {sorted(MODELS.values())}"
+        )
+    if limit is not None and limit < 1:
+        raise SpecError("(arguments)", "limit", f"must be >= 1, got {limit}")
+    kept = [p for p in points if not wanted or p.card in wanted]
+    n = len(kept)
+    if limit is None or n <= limit:
+        return kept
+    if limit == 1:
+        return kept[:1]
+    picks = sorted({round(k * (n - 1) / (limit - 1)) for k in range(limit)})
+    return [kept[k] for k in picks]
+
+
+def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0) -> Scenario:
+    serving = ServingConfig(
+        tp=point.tp,
+        dp=point.dp,
+        ep=point.ep,
+        weight_precision=dict(point.weight_precision),
+        enable_prefix_caching=False,
+    )
+    return benchmark_scenario(
+        f"silicon row {point.row} ({point.id})",
+        point.card,
+        point.device,
+        serving,
+        point.isl,
+        point.osl,
+        point.conc,
+        requests_per_conc,
+        seed,
+        point.router,
+    )
+
+
+def _err(sim: float | None, measured: float) -> float | None:
+    return None if sim is None else (sim - measured) / measured * 100.0
+
+
+@dataclass(frozen=True)
+class SiliconResult:
+    point: SiliconPoint
+    num_requests: int
+    status: str  # "ok", or why it was not simulated
+    finished: int = 0
+    sim_ttft_ms: float | None = None  # median over requests
+    sim_tpot_ms: float | None = None  # median over requests
+    sim_ttft_ms_mean: float | None = None
+    sim_tpot_ms_mean: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def err_ttft_pct(self) -> float | None:
+        return _err(self.sim_ttft_ms, self.point.ttft_ms)
+
+    @property
+    def err_tpot_pct(self) -> float | None:
+        return _err(self.sim_tpot_ms, self.point.tpot_ms)
+
+    def row(self) -> dict[str, Any]:
+        p = asdict(self.point)
+        p["weight_precision"] = " ".join(f"{g}={v}" for g, v in self.point.weight_precision)
+        p["router"] = self.point.router
+        return {
+            **p,
+            "num_requests": self.num_requests,
+            "status": self.status,
+            "finished": self.finished,
+            "sim_ttft_ms": self.sim_ttft_ms,
+            "err_ttft_pct": self.err_ttft_pct,
+            "sim_tpot_ms": self.sim_tpot_ms,
+            "err_tpot_pct": self.err_tpot_pct,
+            "sim_ttft_ms_mean": self.sim_ttft_ms_mean,
+            "sim_tpot_ms_mean": self.sim_tpot_ms_mean,
+            "wall_s": self.wall_s,
+        }
+
+
+def simulate_point(
+    point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0
+) -> SiliconResult:
+    """Simulate one point (picklable: runs in a worker process)."""
+    from simulator.simulation import simulate
+
+    scenario = scenario_of(point, requests_per_conc, seed)
+    n = requests_per_conc * point.conc
+    try:
+        result = simulate(scenario, scenario.name)
+    except SpecError as exc:
+        return SiliconResult(point, n, f"not simulated: {exc.field}: {exc.reason}")
+    df = result.request_table()
+    done = df[df["status"] == "finished"]
+    if done.empty:
+        return SiliconResult(point, n, "not simulated: no request finished", wall_s=result.wall_s)
+    e2e, ttft = done["e2e_s"].tolist(), done["ttft_s"].tolist()
+    out = done["output_tokens"].tolist()
+    tpots = [(e - t) / (k - 1) for e, t, k in zip(e2e, ttft, out, strict=True) if k > 1]
+    return SiliconResult(
+        point,
+        n,
+        "ok",
+        finished=len(done),
+        sim_ttft_ms=statistics.median(ttft) * 1e3,
+        sim_tpot_ms=median_tpot_s(e2e, ttft, out) * 1e3,
+        sim_ttft_ms_mean=statistics.fmean(ttft) * 1e3,
+        sim_tpot_ms_mean=statistics.fmean(tpots) * 1e3,
+        wall_s=result.wall_s,
+    )
+
+
+def _cost(point: SiliconPoint) -> float:
+    return point.cost
+
+
+def run_points(
+    points: Sequence[SiliconPoint],
+    requests_per_conc: int = 10,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[int, int, SiliconResult], None] | None = None,
+) -> list[SiliconResult]:
+    """Simulate every point, in the input order whatever the worker count."""
+    if requests_per_conc < 1:
+        raise SpecError(
+            "(arguments)", "requests_per_conc", f"must be >= 1, got {requests_per_conc}"
+        )
+    fn = partial(simulate_point, requests_per_conc=requests_per_conc, seed=seed)
+    return run_parallel(fn, points, _cost, workers, progress)
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class LatencyError:
+    """Errors of one group of points (a model, a system, a model on a system, or all)."""
+
+    model: str
+    system: str
+    points: int  # simulated
+    not_simulated: int
+    median_ape_ttft_pct: float | None
+    median_ape_tpot_pct: float | None
+    bias_ttft_pct: float | None  # median signed error; positive = simulated slower
+    bias_tpot_pct: float | None
+
+
+def _med(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def group_error(results: Sequence[SiliconResult], model: str, system: str) -> LatencyError:
+    ok = [r for r in results if r.ok]
+    et = [e for r in ok if (e := r.err_ttft_pct) is not None]
+    ep = [e for r in ok if (e := r.err_tpot_pct) is not None]
+    return LatencyError(
+        model=model,
+        system=system,
+        points=len(ok),
+        not_simulated=len(results) - len(ok),
+        median_ape_ttft_pct=_med([abs(e) for e in et]),
+        median_ape_tpot_pct=_med([abs(e) for e in ep]),
+        bias_ttft_pct=_med(et),
+        bias_tpot_pct=_med(ep),
+    )
+
+
+def _groups(
+    results: Sequence[SiliconResult], key: Callable[[SiliconResult], tuple[str, str]]
+) -> list[LatencyError]:
+    groups: dict[tuple[str, str], list[SiliconResult]] = {}
+    for r in results:
+        groups.setdefault(key(r), []).append(r)
+    return [group_error(groups[k], *k) for k in sorted(groups)]
+
+
+def by_model_system(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: (r.point.card, r.point.device))
+
+
+def by_model(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: (r.point.card, "all"))
+
+
+def by_system(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: ("all", r.point.device))
+
+
+@dataclass
+class SiliconReport:
+    data: Path
+    rows: int
+    skipped: Counter[str]
+    not_selected: int
+    requests_per_conc: int
+    seed: int
+    limit: int | None
+    models: list[str]
+    results: list[SiliconResult]
+
+    @property
+    def overall(self) -> LatencyError:
+        return group_error(self.results, "all", "all")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "data": str(self.data),
+            "rows": self.rows,
+            "skipped": dict(self.skipped),
+            "not_selected": self.not_selected,
+            "requests_per_conc": self.requests_per_conc,
+            "seed": self.seed,
+            "limit": self.limit,
+            "models": self.models,
+            "simulated": sum(r.ok for r in self.results),
+            "not_simulated": {r.point.row: r.status for r in self.results if not r.ok},
+            "overall": asdict(self.overall),
+            "by_model": [asdict(g) for g in by_model(self.results)],
+            "by_system": [asdict(g) for g in by_system(self.results)],
+            "groups": [asdict(g) for g in by_model_system(self.results)],
+        }
+
+
+def validate(
+    data: str | Path | None = None,
+    models: Iterable[str] = (),
+    limit: int | None = None,
+    requests_per_conc: int = 10,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[int, int, SiliconResult], None] | None = None,
+) -> SiliconReport:
+    path = Path(data) if data is not None else default_data()
+    loaded = load_silicon(path)
+    models = list(models)
+    chosen = select(loaded.points, models, limit)
+    results = run_points(chosen, requests_per_conc, seed, workers, progress)
+    return SiliconReport(
+        data=path,
+        rows=loaded.rows,
+        skipped=loaded.skipped,
+        not_selected=len(loaded.points) - len(chosen),
+        requests_per_conc=requests_per_conc,
+        seed=seed,
+        limit=limit,
+        models=models,
+        results=results,
+    )

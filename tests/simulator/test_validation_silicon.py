@@ -1,0 +1,326 @@
+"""The silicon validation (aiconfigurator-core's measured vLLM points): row mapping, reading,
+selection, errors and the document, on hand-made rows; the real file where installed."""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.specs import SpecError
+from simulator.validation import silicon as s
+from simulator.validation.silicon_document import render_markdown
+
+BASE: dict[str, str] = {
+    "id": "x",
+    "silicon_data_source": "source_file=a.csv; silicon_concurrency=8",
+    "backend": "vllm",
+    "backend_version": "0.12.0",
+    "model_path": "meta-llama/Llama-3.1-70B",
+    "system": "h100_sxm",
+    "precision": "fp8",
+    "mode": "agg",
+    "isl": "1024",
+    "osl": "128",
+    "gemm_quant_mode": "fp8",
+    "moe_quant_mode": "fp8",
+    "batch_size": "8.0",
+    "tp_size": "2.0",
+    "pp_size": "1.0",
+    "attention_dp_size": "",
+    "moe_tp_size": "2.0",
+    "moe_ep_size": "1.0",
+    "silicon_ttft_ms": "100.0",
+    "silicon_tpot_ms": "10.0",
+}
+COLUMNS = list(BASE)
+MINIMAX = {"model_path": "MiniMaxAI/MiniMax-M2.5", "system": "b200_sxm"}
+MINIMAX_FP4 = MINIMAX | {"precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}
+KIMI_INT4 = {
+    "model_path": "moonshotai/Kimi-K2.5",
+    "system": "h200_sxm",
+    "precision": "int4",
+    "gemm_quant_mode": "int4_wo",
+    "moe_quant_mode": "int4_wo",
+}
+LINEAR_FP8 = (("attention", "fp8"), ("dense_mlp", "fp8"))
+
+# changes to BASE -> (card, device, (tp, dp, ep), concurrency, weight_precision, router)
+# fmt: off
+MAPPED: list[tuple[dict[str, str], tuple[Any, ...]]] = [
+    ({}, ("llama-3.3-70b", "h100", (2, 1, 1), 8, LINEAR_FP8, "session_affinity")),
+    (
+        {"model_path": "nvidia/Llama-3.1-8B-Instruct-FP8", "system": "h200_sxm", "tp_size": "1"},
+        ("llama-3.1-8b", "h200", (1, 1, 1), 8, LINEAR_FP8, "session_affinity"),
+    ),
+    (
+        # empty precision: the bf16 checkpoint; a dense model's moe columns are ignored
+        {"model_path": "Qwen/Qwen3-32B", "precision": "", "gemm_quant_mode": "",
+         "moe_quant_mode": "", "moe_tp_size": "0", "moe_ep_size": "0"},
+        ("qwen3-32b", "h100", (2, 1, 1), 8, (), "session_affinity"),
+    ),
+    (
+        {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "system": "h200_sxm", "moe_tp_size": "1",
+         "moe_ep_size": "2"},
+        ("qwen3-235b-a22b-fp8", "h200", (2, 1, 2), 8, (), "session_affinity"),
+    ),
+    (
+        MINIMAX_FP4 | {"batch_size": "16", "attention_dp_size": "2.0", "moe_tp_size": "1",
+                       "moe_ep_size": "4", "silicon_data_source": "silicon_concurrency=32"},
+        ("minimax-m2.5", "b200", (2, 2, 4), 32,
+         (("attention", "bf16"), ("routed_experts", "nvfp4")), "least_loaded"),
+    ),
+    (
+        MINIMAX | {"tp_size": "4", "moe_tp_size": "4"},
+        ("minimax-m2.5", "b200", (4, 1, 1), 8, (), "session_affinity"),
+    ),
+    (
+        KIMI_INT4 | {"tp_size": "8", "moe_tp_size": "8"},
+        ("kimi-k2.5", "h200", (8, 1, 1), 8, (), "session_affinity"),
+    ),
+    (
+        {"model_path": "moonshotai/Kimi-K2.5", "system": "b200_sxm", "precision": "fp4",
+         "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "4",
+         "attention_dp_size": "4", "batch_size": "2", "moe_tp_size": "1", "moe_ep_size": "16"},
+        ("kimi-k2.5", "b200", (4, 4, 16), 8,
+         (("dense_mlp", "nvfp4"), ("routed_experts", "nvfp4"), ("shared_experts", "nvfp4")),
+         "least_loaded"),
+    ),
+    (
+        {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "gemm_quant_mode": "nvfp4",
+         "moe_quant_mode": "nvfp4", "silicon_data_source": "no concurrency recorded"},
+        ("gpt-oss-120b", "h100", (2, 1, 1), 8, (), "session_affinity"),
+    ),
+]
+# fmt: on
+
+# changes to BASE -> a substring of the skip reason
+# fmt: off
+SKIPPED: list[tuple[dict[str, str], str]] = [
+    ({"backend": "trtllm"}, "backend 'trtllm': not vLLM"),
+    ({"mode": "disagg", "batch_size": ""}, "mode disagg"),
+    ({"model_path": "acme/Unknown-1B"}, "no model card for model_path 'acme/Unknown-1B'"),
+    ({"system": "a100_sxm"}, "no hardware profile for system 'a100_sxm'"),
+    ({"precision": "bf16", "gemm_quant_mode": "", "moe_quant_mode": ""}, "no precision mapping"),
+    (MINIMAX_FP4 | {"system": "h200_sxm"}, "no FP4 tensor cores"),
+    ({"pp_size": "2"}, "pipeline parallelism is not modelled"),
+    (
+        {"model_path": "Qwen/Qwen3-235B-A22B-FP8", "system": "h200_sxm", "tp_size": "1"},
+        "moe_tp_size x moe_ep_size (2 x 1) differs from tp_size x attention_dp_size (1 x 1)",
+    ),
+    (MINIMAX | {"tp_size": "4", "moe_tp_size": "2", "moe_ep_size": "2"}, "split both ways"),
+    (
+        MINIMAX | {"attention_dp_size": "2", "moe_tp_size": "4", "moe_ep_size": "1",
+                   "batch_size": "4"},
+        "TP-sharded experts",
+    ),
+    ({"silicon_data_source": "silicon_concurrency=16"}, "recorded silicon_concurrency differs"),
+    ({"osl": "1"}, "no TPOT"),
+]
+# fmt: on
+
+
+def record(changes: dict[str, str]) -> dict[str, str | None]:
+    return dict(BASE | changes)
+
+
+def write(path: Path, records: list[dict[str, str]], columns: list[str] = COLUMNS) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in records:
+            w.writerow(BASE | r)
+    return path
+
+
+@pytest.mark.parametrize(("changes", "expected"), MAPPED)
+def test_rows_map_to_card_device_and_serving(
+    changes: dict[str, str], expected: tuple[Any, ...]
+) -> None:
+    point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
+    assert isinstance(point, s.SiliconPoint), point
+    card, device, layout, conc, precision, router = expected
+    assert (point.card, point.device, (point.tp, point.dp, point.ep)) == (card, device, layout)
+    assert (point.conc, point.weight_precision, point.router) == (conc, precision, router)
+    scenario = s.scenario_of(point)
+    assert (scenario.serving.tp, scenario.serving.dp, scenario.serving.ep) == layout
+    assert scenario.serving.weight_precision == dict(precision)
+    assert not scenario.serving.enable_prefix_caching
+    assert scenario.router == router
+    workload = scenario.workload
+    assert workload.kind == "random"
+    assert (workload.concurrency, workload.num_requests) == (conc, 10 * conc)
+    assert (workload.input_tokens, workload.output_tokens, workload.range_ratio) == (
+        point.isl, point.osl, 0.8,
+    )  # fmt: skip
+    assert scenario.duration_s is None
+    assert scenario.warmup_s == 0
+
+
+@pytest.mark.parametrize(("changes", "reason"), SKIPPED)
+def test_rows_that_cannot_be_expressed_are_skipped_with_a_reason(
+    changes: dict[str, str], reason: str
+) -> None:
+    mapped = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
+    assert isinstance(mapped, str)
+    assert reason in mapped
+
+
+def test_systems_map_through_the_profiles_measured_tables() -> None:
+    devices = s.devices_by_system()
+    for system, device in {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200",
+                           "b300_sxm": "b300", "gb200": "gb200"}.items():  # fmt: skip
+        assert devices[system] == device
+
+
+def test_load_counts_skips_and_keeps_file_rows(tmp_path: Path) -> None:
+    data = write(tmp_path / "s.csv", [{}, {"backend": "sglang"}, {"mode": "disagg"}, {}])
+    loaded = s.load_silicon(data)
+    assert loaded.rows == 4
+    assert [p.row for p in loaded.points] == [1, 4]
+    assert loaded.skipped == Counter({"backend 'sglang': not vLLM": 1, s.SKIP_DISAGG: 1})
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "reason"),
+    [
+        ({"batch_size": "many"}, "row 1, column batch_size", "'many' is not a number"),
+        ({"tp_size": "2.5"}, "row 1, column tp_size", "'2.5' is not an integer"),
+        ({"tp_size": ""}, "row 1, column tp_size", "empty cell"),
+        ({"silicon_ttft_ms": "-3"}, "row 1, column silicon_ttft_ms", "must be positive"),
+        ({"silicon_tpot_ms": "nan"}, "row 1, column silicon_tpot_ms", "must be positive"),
+    ],
+)
+def test_bad_cells_name_file_row_and_column(
+    tmp_path: Path, changes: dict[str, str], field: str, reason: str
+) -> None:
+    data = write(tmp_path / "s.csv", [changes])
+    with pytest.raises(SpecError) as info:
+        s.load_silicon(data)
+    assert (info.value.file, info.value.field) == (str(data), field)
+    assert reason in info.value.reason
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="missing from the header") as info:
+        s.load_silicon(write(tmp_path / "a.csv", [{}], [c for c in COLUMNS if c != "mode"]))
+    assert info.value.field == "column mode"
+    with pytest.raises(SpecError, match="is a directory"):
+        s.load_silicon(tmp_path)
+    with pytest.raises(SpecError, match="no such file"):
+        s.load_silicon(tmp_path / "absent.csv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(SpecError, match="empty file"):
+        s.load_silicon(tmp_path / "empty.csv")
+
+
+def test_no_package_and_no_data_is_a_spec_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.measured.package as package
+
+    monkeypatch.setattr(package, "data_source", lambda: None)
+    with pytest.raises(SpecError, match="aiconfigurator-core is not installed") as info:
+        s.validate(None)
+    assert info.value.field == "data"
+
+
+def test_select_filters_and_spreads(tmp_path: Path) -> None:
+    rows = [{"batch_size": str(b), "silicon_data_source": ""} for b in range(1, 8)]
+    rows.append({"model_path": "nvidia/Llama-3.1-8B-Instruct-FP8", "system": "h200_sxm"})
+    points = s.load_silicon(write(tmp_path / "s.csv", rows)).points
+    assert [p.row for p in s.select(points, limit=3)] == [1, 5, 8]
+    assert [p.row for p in s.select(points, ["llama-3.1-8b"])] == [8]
+    assert [p.row for p in s.select(points, limit=1)] == [1]
+    with pytest.raises(SpecError, match="unknown"):
+        s.select(points, ["nope"])
+    with pytest.raises(SpecError, match=">= 1"):
+        s.select(points, limit=0)
+
+
+def _result(point: s.SiliconPoint, ttft: float, tpot: float) -> s.SiliconResult:
+    return s.SiliconResult(point, 10 * point.conc, "ok", 10, ttft, tpot, ttft * 2, tpot)
+
+
+def test_errors_and_document(tmp_path: Path) -> None:
+    rows = [{}, {"tp_size": "4", "moe_tp_size": "4"}, {"system": "h200_sxm"}]
+    points = s.load_silicon(write(tmp_path / "s.csv", rows)).points
+    results = [
+        _result(points[0], 50.0, 12.0),  # -50 %, +20 %
+        _result(points[1], 150.0, 9.0),  # +50 %, -10 %
+        s.SiliconResult(points[2], 80, "not simulated: weights do not fit"),
+    ]
+    assert results[0].err_ttft_pct == pytest.approx(-50.0)
+    assert results[1].err_tpot_pct == pytest.approx(-10.0)
+    report = s.SiliconReport(tmp_path / "s.csv", 3, Counter({"backend 'sglang': not vLLM": 2}),
+                             0, 10, 0, None, [], results)  # fmt: skip
+    overall = report.overall
+    assert (overall.points, overall.not_simulated) == (2, 1)
+    assert overall.median_ape_ttft_pct == pytest.approx(50.0)
+    assert overall.bias_ttft_pct == pytest.approx(0.0)
+    assert overall.median_ape_tpot_pct == pytest.approx(15.0)
+    assert overall.bias_tpot_pct == pytest.approx(5.0)
+    (h100, h200) = s.by_system(results)
+    assert (h100.system, h100.points, h200.system, h200.not_simulated) == ("h100", 2, "h200", 1)
+    doc = render_markdown(report, "plan validate silicon --data s.csv", "today", 60.0)
+    assert "This is a validation set" in doc
+    assert "plan validate silicon --data s.csv" in doc
+    assert "- 2 rows: backend 'sglang': not vLLM" in doc
+    assert "- 1 point: not simulated: weights do not fit" in doc
+    assert "| llama-3.3-70b | h100 | 2 | 50.0 | 15.0 | +0.0 | +5.0 |" in doc
+    assert "medians or means is **not stated**" in doc
+    json.dumps(report.to_json())
+
+
+# --- the real file (aiconfigurator-core installed) -------------------------------------------
+
+
+def _installed() -> Path:
+    try:
+        return s.default_data()
+    except SpecError as exc:
+        pytest.skip(f"no silicon_sample.csv: {exc}")
+
+
+def test_real_file_maps_every_vllm_aggregated_row_or_gives_a_reason() -> None:
+    loaded = s.load_silicon(_installed())
+    vllm_agg = len(loaded.points) + sum(
+        n for reason, n in loaded.skipped.items()
+        if not reason.startswith("backend") and reason != s.SKIP_DISAGG
+    )  # fmt: skip
+    assert vllm_agg == 1328
+    assert loaded.skipped[s.SKIP_DISAGG] == 17
+    assert not [r for r in loaded.skipped if "no precision mapping" in r or "no model" in r]
+    assert {p.card for p in loaded.points} == set(s.MODELS.values())
+    assert len(loaded.points) > 1300
+
+
+def test_nvfp4_mappings_follow_the_checkpoints_ignore_lists() -> None:
+    configs = _installed().parent.parent / "model_configs"
+    cases = {
+        "nvidia--MiniMax-M2.5-NVFP4_config.json": (
+            "minimax-m2.5",
+            {"attention": "model.layers.5.self_attn.q_proj",
+             "router": "model.layers.5.block_sparse_moe.gate",
+             "routed_experts": "model.layers.5.block_sparse_moe.experts.0.w1"},
+        ),
+        "nvidia--Kimi-K2.5-NVFP4_config.json": (
+            "kimi-k2.5",
+            {"attention": "language_model.model.layers.5.self_attn.q_a_proj",
+             "dense_mlp": "language_model.model.layers.0.mlp.gate_proj",
+             "shared_experts": "language_model.model.layers.5.mlp.shared_experts.gate_proj",
+             "routed_experts": "language_model.model.layers.5.mlp.experts.0.gate_proj"},
+        ),
+    }  # fmt: skip
+    for file, (card, modules) in cases.items():
+        quant = json.loads((configs / file).read_text())["quantization_config"]
+        ignored = {
+            g for g, m in modules.items() if any(fnmatch.fnmatch(m, p) for p in quant["ignore"])
+        }
+        mapping = s.PRECISIONS[(card, "fp4", "nvfp4", "nvfp4")]
+        nvfp4 = {g for g, v in mapping.overrides.items() if v == "nvfp4"}
+        assert nvfp4 == set(modules) - ignored - {"router"}, file
+        assert "attention" in ignored
