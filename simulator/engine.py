@@ -32,7 +32,7 @@ from simulator.cache.transfer import Nics
 from simulator.cost.shapes import StepShape
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec, PrefillDecode
-from simulator.metrics import Recorder, StepRecord
+from simulator.metrics import HitRecord, OpenStep, Recorder, StepRecord
 from simulator.scheduler import ReqState, Scheduler, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
@@ -82,6 +82,9 @@ class Replica:
         self.nics: Nics | None = None  # disaggregation: this replica's NICs
         # from a step's end to the client holding its tokens (async output processing)
         self.output_delay_s = parts.cost.device.roofline.output_delay_s
+        # recording only: the step (or fast-forwarded run) in progress, for the end of a run:
+        # (start, step_s, steps, prompt_computed, waiting, plan)
+        self.in_progress: tuple[float, float, int, int, int, StepPlan] | None = None
         self.process = env.process(self._run())
 
     @property
@@ -145,16 +148,21 @@ class Replica:
             step_s = cost.seconds
             steps = self._fast_forward_steps(plan)
             start = env.now
+            prompt_computed = self._count_prompt(plan, start)
+            waiting = len(sched.waiting)
+            self.in_progress = (start, step_s, steps, prompt_computed, waiting, plan)
             if steps > 1:
                 self._wakeup = env.event()
                 yield self._wakeup | env.timeout(steps * step_s)
                 self._wakeup = None
                 done = min(steps, max(1, math.ceil((env.now - start) / step_s - 1e-9)))
+                self.in_progress = (start, step_s, done, prompt_computed, waiting, plan)
                 if start + done * step_s > env.now:
                     yield env.timeout(start + done * step_s - env.now)
                 steps = done
             else:
                 yield env.timeout(step_s)
+            self.in_progress = None
             self.last_step_s = step_s
             if steps > 1:
                 finished = self._commit_decodes(plan, steps, step_s)
@@ -171,12 +179,69 @@ class Replica:
                     kv_blocks_used=self.parts.blocks_used(),
                     breakdown_s=cost.breakdown_s,
                     kv_blocks_held=sched.held_blocks,
+                    prompt_computed=prompt_computed,
+                    waiting=waiting,
                 )
             )
             if self.tick is not None:
                 self.tick()
             for req in finished:
                 self.on_finish(req)
+
+    def open_step(self) -> OpenStep:
+        """The step in progress when the run stopped (``in_progress`` is set)."""
+        assert self.in_progress is not None
+        start, step_s, steps, prompt_computed, waiting, plan = self.in_progress
+        # only a fast-forwarded run has tokens that reached the client before its end
+        decodes = [e[0] for e in plan.entries if e[3]] if steps > 1 else []
+        return OpenStep(
+            self.id, start, step_s, steps, prompt_computed, waiting, decodes, self.output_delay_s
+        )
+
+    def _count_prompt(self, plan: StepPlan, now_s: float) -> int:
+        """Recording only: the prompt tokens this step processes for the first time.
+
+        Each request's ``prompt_done`` (its client's, for a disaggregated prefill-side
+        request) marks how far its prompt has been counted. Tokens a request holds when it is
+        admitted (its cache hit: GPU, CPU tier or pulled from the decode side) are recorded
+        at once (``HitRecord``); the prompt tokens the step computes past the mark are
+        returned (``StepRecord.prompt_computed``). Recomputation after a preemption, a
+        disaggregated decode side's read of the prefill KV and the prompt token it computes
+        again are below the mark: not counted twice.
+        """
+        computed = 0
+        for req in plan.started_loads:
+            self._count_hit(req, req.computed, now_s)
+        for req, new, ctx, decode in plan.entries:
+            if decode:
+                continue
+            owner = req.client or req
+            if ctx > owner.prompt_done:  # admitted in this step with cached tokens
+                self._count_hit(req, ctx, now_s)
+            upto = min(ctx + new, req.prompt_tokens)
+            if upto > owner.prompt_done:
+                computed += upto - owner.prompt_done
+                owner.prompt_done = upto
+        return computed
+
+    def _count_hit(self, req: ReqState, held: int, now_s: float) -> None:
+        """Record the prompt tokens ``req`` holds at admission past its mark, by tier: the
+        first admission's GPU hit, CPU hit, then the tokens pulled from the other pool (a
+        later admission's extra hit counts as GPU)."""
+        owner = req.client or req
+        done = owner.prompt_done
+        upto = min(held, req.prompt_tokens)
+        if upto <= done:
+            return
+        gpu_end = req.gpu_hit_tokens
+        cpu_end = gpu_end + req.cpu_hit_tokens
+        remote_end = cpu_end + owner.remote_hit_tokens
+        gpu = max(0, min(upto, gpu_end) - done)
+        cpu = max(0, min(upto, cpu_end) - max(done, gpu_end))
+        remote = max(0, min(upto, remote_end) - max(done, cpu_end))
+        gpu += upto - done - gpu - cpu - remote  # past every tier: a re-admission's hit
+        owner.prompt_done = upto
+        self.recorder.on_hit(HitRecord(self.id, now_s, gpu, cpu, remote))
 
     def _shape(self, plan: StepPlan) -> StepShape:
         """The sums the step cost model needs (``step.shape_of`` without numpy overhead)."""
@@ -249,6 +314,7 @@ class Replica:
             if req.first_token_s is None:  # cannot happen for a decode; kept for safety
                 req.first_token_s = end - (steps - 1) * step_s + delay
             req.itl_runs.append((step_s, steps))
+            req.itl_end_s.append(end + delay)
             req.generated += steps
             req.last_token_s = end + delay
             s.cache.commit(req.req_id, req.computed, s._new_output_hashes(req, req.computed))
@@ -298,6 +364,7 @@ class Engine:
         self.progress = progress
         self.block_tokens = parts[0].block_tokens
         self.done = 0
+        self.live: dict[int, ReqState] = {}  # client requests arrived, not finished/rejected
         self.last_turn: dict[int, ReqState] = {}
         self.pools: PrefillDecode | None = None
         self._last_report_s = time.monotonic()
@@ -331,6 +398,7 @@ class Engine:
         if at > self.env.now:
             yield self.env.timeout(at - self.env.now)
         state = ReqState(request, request.engine_blocks(self.block_tokens), arrival_s=self.env.now)
+        self.live[state.req_id] = state
         self._link_previous_turn(state)
         if self.pools is None:
             self.router.pick(request).submit(state)
@@ -384,6 +452,7 @@ class Engine:
     def finished(self, state: ReqState) -> None:
         """A client request finished or was rejected: record it and let the replay go on."""
         self.recorder.on_done(state)
+        self.live.pop(state.req_id, None)
         self.done += 1
         if self.progress is not None:
             self.progress(self.env.now, self.done)
@@ -393,4 +462,16 @@ class Engine:
         self._schedule(self.replay.initial())
         self.env.process(self._open_arrivals())
         self.env.run(until=self.duration_s)
+        self._record_end()
         return self.recorder
+
+    def _record_end(self) -> None:
+        """What the run left unfinished, for the window metrics (``metrics.summarize``)."""
+        rec = self.recorder
+        rec.end_s = self.env.now
+        rec.workload_ended = self.replay.done
+        rec.speculative = any(r.sched.k for r in self.replicas)
+        rec.unfinished = list(self.live.values())
+        queued = {(s.client or s).req_id for r in self.replicas for s in r.sched.waiting}
+        rec.waiting_at_end = len(queued & self.live.keys())
+        rec.open_steps = [r.open_step() for r in self.replicas if r.in_progress is not None]

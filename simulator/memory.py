@@ -11,6 +11,7 @@ pool, and for hybrids the block size is raised until one attention page holds a 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -231,6 +232,7 @@ class MemoryReport(Frozen):
     kv_cache_dtype: str
     context_tokens: int
     num_seqs: int
+    max_model_len: int  # --max-model-len, else the card's max_context_tokens
     usable_memory_bytes: float
     budget_bytes_per_gpu: float = Field(description="gpu_memory_utilization x usable memory")
     weight_bytes_per_gpu: float
@@ -295,6 +297,14 @@ def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(ar
             fail("ep", f"ep {serving.ep} does not divide the {card.moe.num_experts} experts")
     if serving.dcp > 1 and not any(k in FULL_ATTENTION_KINDS for k in card.layer_kinds):
         fail("dcp", f"{card.name} has no full-attention layers to shard with DCP")
+    if serving.dcp > 1 and card.mla is None and card.gqa is not None:
+        _check_gqa_dcp(card, serving, fail)
+    if serving.max_model_len is not None and serving.max_model_len > card.max_context_tokens:
+        fail(
+            "max_model_len",
+            f"{serving.max_model_len:,} exceeds the {card.max_context_tokens:,}-token context"
+            f" of {card.name} (its max_context_tokens)",
+        )
     if serving.kv_cache_dtype in ("fp8_ds_mla", "nvfp4_ds_mla") and card.mla is None:
         fail("kv_cache_dtype", f"{serving.kv_cache_dtype} needs MLA layers; {card.name} has none")
     groups = card.required_groups()
@@ -304,6 +314,42 @@ def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(ar
     spec = serving.speculative
     if spec is not None and spec.method == "mtp" and card.mtp_layers == 0:
         fail("speculative.method", f"{card.name} has no MTP layers (num_nextn_predict_layers 0)")
+
+
+def _check_gqa_dcp(
+    card: ModelCard, serving: ServingConfig, fail: Callable[[str, str], None]
+) -> None:
+    """vLLM's DCP checks for GQA/MHA models (``ModelConfig.verify_with_parallel_config``,
+    vllm/config/model.py; MLA models only need ``tp % dcp == 0``).
+
+    A DCP group shards by token only the KV heads TP has replicated: TP gives each of the
+    ``num_kv_heads`` heads to ``tp / num_kv_heads`` ranks, so ``dcp <= tp // num_kv_heads``
+    (which needs ``tp > num_kv_heads``); and the query heads of one KV head are split across
+    the DCP group, so ``(num_heads / num_kv_heads) % dcp == 0``.
+    """
+    g = card.gqa
+    assert g is not None
+    kv, tp, dcp = g.num_kv_heads, serving.tp, serving.dcp
+    max_dcp = max(tp // kv, 1)
+    if dcp > max_dcp:
+        fail(
+            "dcp",
+            f"dcp {dcp} exceeds tp {tp} // {kv} KV heads = {max_dcp} for {card.name}: GQA"
+            " decode context parallel only shards KV heads that TP replicates"
+            " (vLLM: dcp <= tp // num_kv_heads)",
+        )
+    q_per_kv = g.num_heads // kv
+    if q_per_kv % dcp:
+        fail(
+            "dcp",
+            f"dcp {dcp} does not divide the {q_per_kv} query heads per KV head of {card.name}"
+            " (vLLM: (num_heads / num_kv_heads) % dcp == 0 for GQA)",
+        )
+
+
+def effective_max_model_len(card: ModelCard, serving: ServingConfig) -> int:
+    """The longest prompt + max_tokens vLLM accepts: --max-model-len, else the card's."""
+    return serving.max_model_len or card.max_context_tokens
 
 
 def check_device(
@@ -340,7 +386,9 @@ def plan_memory(
     layout = kv_layout(card, serving)
     num_blocks = max(int(kv_bytes // layout.bytes_per_block), 0) if kv_bytes > 0 else 0
     per_seq_blocks = blocks_per_seq(layout, serving, context_tokens)
-    max_seqs = num_blocks // per_seq_blocks if per_seq_blocks else 0
+    limit = effective_max_model_len(card, serving)
+    # vLLM holds no sequence longer than max_model_len, whatever the memory
+    max_seqs = num_blocks // per_seq_blocks if per_seq_blocks and context_tokens <= limit else 0
 
     kinds = card.layer_kinds
     full_per_token = (
@@ -369,7 +417,18 @@ def plan_memory(
     del max_tokens_limit
 
     fits, reason = True, "fits"
-    if weight_total > budget:
+    if context_tokens > limit:
+        fits = False
+        where = (
+            "serving.max_model_len"
+            if serving.max_model_len is not None
+            else f"the max_context_tokens of {card.name}"
+        )
+        reason = (
+            f"context {context_tokens:,} tokens exceeds max_model_len {limit:,} ({where}):"
+            " vLLM rejects longer requests"
+        )
+    elif weight_total > budget:
         fits, reason = False, "weights exceed gpu_memory_utilization x usable memory"
     elif kv_bytes <= 0:
         fits, reason = False, "no memory left for the KV cache after weights and reserves"
@@ -387,6 +446,7 @@ def plan_memory(
         kv_cache_dtype=serving.kv_cache_dtype,
         context_tokens=context_tokens,
         num_seqs=num_seqs,
+        max_model_len=limit,
         usable_memory_bytes=device.usable_memory_bytes,
         budget_bytes_per_gpu=budget,
         weight_bytes_per_gpu=weight_total,
@@ -430,8 +490,8 @@ def plan_memory(
 def max_context_for(
     layout: KvLayout, serving: ServingConfig, num_blocks: int, num_seqs: int, card: ModelCard
 ) -> int:
-    """Longest context (tokens) at which ``num_seqs`` sequences fit, capped at the model's."""
-    limit = card.max_context_tokens
+    """Longest context (tokens) at which ``num_seqs`` sequences fit, capped at max_model_len."""
+    limit = effective_max_model_len(card, serving)
     if num_seqs * blocks_per_seq(layout, serving, 1) > num_blocks:
         return 0
     if num_seqs * blocks_per_seq(layout, serving, limit) <= num_blocks:

@@ -90,6 +90,15 @@ class ReqState:
     recomputed_tokens: int = 0
     accounted: bool = False
     itl_runs: list[tuple[float, int]] = field(default_factory=list)  # (gap s, tokens)
+    # per run of ``itl_runs``: when its last token reached the client. A run's tokens arrive
+    # ``gap`` apart up to that time (a fast-forwarded run; runs of one token), or all at that
+    # time (one emission: a speculative verify, a first emission of gap 0). Fast-forward is
+    # off with speculative decoding, so ``Recorder.speculative`` tells which, exactly
+    itl_end_s: list[float] = field(default_factory=list)
+    # prompt tokens counted as processed (served from cache or computed) for the window
+    # throughput: a high-water mark, so recomputation after a preemption is not counted
+    # twice; a disaggregated request's prefill side counts on its client
+    prompt_done: int = 0
     # ids of full blocks past the prompt's (prompt tail + output); provisional until the
     # session's next turn shows which chain ids they carry (Engine renames them then)
     output_hashes: list[int] = field(default_factory=list)
@@ -341,10 +350,12 @@ class Scheduler:
             req.first_token_s = token_s
             if tokens > 1:
                 req.itl_runs.append((0.0, tokens - 1))
+                req.itl_end_s.append(token_s)
         else:
             assert req.last_token_s is not None
             gap = (token_s - req.last_token_s) / tokens  # tokens of one verify share the gap
             req.itl_runs.append((gap, tokens))
+            req.itl_end_s.append(token_s)
         req.last_token_s = token_s
         req.generated += tokens
 

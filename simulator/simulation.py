@@ -15,9 +15,15 @@ from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
 from simulator.measured.summary import describe
-from simulator.memory import MemoryReport, batch_limits, kv_layout, plan_memory
+from simulator.memory import (
+    MemoryReport,
+    batch_limits,
+    effective_max_model_len,
+    kv_layout,
+    plan_memory,
+)
 from simulator.metrics import Pools, Recorder, Summary, summarize
-from simulator.scheduler import Scheduler
+from simulator.scheduler import ReqState, Scheduler, Status
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.scenario import Scenario
@@ -226,7 +232,16 @@ def simulate(
         parts += [replica(d_serving, memory) for _ in range(d.decode_replicas)]
         spec = disaggregation_spec(card, scenario)
         pools = Pools(d.prefill_replicas, d.decode_replicas, serving.tp, memory.num_blocks)
-    replay = build_replay(scenario.workload, scenario.seed, base_dir)
+    # vLLM refuses a request whose prompt + max_tokens exceed max_model_len (HTTP 400) before
+    # its engine sees it: the replay refuses it at its arrival and the engine's recorder
+    # holds it as rejected, with the reason (the scheduler's own rejection is for the cache)
+    replay = build_replay(
+        scenario.workload,
+        scenario.seed,
+        base_dir,
+        max_model_len=effective_max_model_len(card, serving),
+        horizon_s=scenario.duration_s,
+    )
     engine = Engine(
         replay,
         parts,
@@ -236,6 +251,9 @@ def simulate(
         duration_s=scenario.duration_s,
         progress=progress,
         disaggregation=spec,
+    )
+    replay.on_reject = lambda request, t, reason: engine.recorder.on_done(
+        ReqState(request, (), t, status=Status.REJECTED, finish_s=t, reject_reason=reason)
     )
     recorder = engine.run()
     summary = summarize(recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools)

@@ -9,7 +9,7 @@ import streamlit as st
 from streamlit.elements.lib.column_types import ColumnConfig
 
 from simulator import catalog
-from simulator.planner.report import KNOWN_VALIDATION
+from simulator.planner.report import sources_caveat
 
 TP_SIZES = [1, 2, 4, 8, 16]
 DCP_SIZES = [1, 2, 4, 8]
@@ -63,15 +63,9 @@ def tokens(value: float | None) -> str:
 
 
 def caveat(devices: Sequence[str]) -> str:
-    """Calibration status of the devices shown and the simulator's known error."""
-    uncalibrated = [d for d in devices if not catalog.hardware_profile(d).calibrated]
-    calibrated = [d for d in devices if d not in uncalibrated]
-    parts = []
-    if uncalibrated:
-        parts.append(f"roofline priors, not calibrated: {', '.join(uncalibrated)}")
-    if calibrated:
-        parts.append(f"calibrated: {', '.join(calibrated)}")
-    return f"Latency models: {'; '.join(parts)}. Known validation error: {KNOWN_VALIDATION}."
+    """Where each device's op latencies come from, and its known error band (the report's
+    own sentence)."""
+    return sources_caveat(list(devices))
 
 
 # st.dataframe column formats by column name (what plan search writes, and the pages' tables)

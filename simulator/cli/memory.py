@@ -50,6 +50,10 @@ def memory(
     max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
     block_size: Annotated[int | None, typer.Option(help="vLLM --block-size (tokens).")] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="vLLM --max-model-len (default: the model's context)."),
+    ] = None,
     serving: Annotated[
         Path | None, typer.Option(help="ServingConfig YAML; flags override it.")
     ] = None,
@@ -77,6 +81,7 @@ def memory(
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             block_size_tokens=block_size,
+            max_model_len=max_model_len,
         )
         for dcp_size in dcp_sizes
     ]
@@ -149,6 +154,7 @@ def _print_memory_detail(r: Any) -> None:
             f"{r.max_seqs_at_context_per_gpu:,.2f} per GPU (max_num_seqs {r.max_num_seqs})",
         ),
         (f"max context for {r.num_seqs} sequence(s)", f"{r.max_context_for_num_seqs:,} tokens"),
+        ("max_model_len (longest request vLLM accepts)", f"{r.max_model_len:,} tokens"),
         ("fits", f"{'yes' if r.fits else 'NO'}: {r.fits_reason}"),
         ("fits on (model alone)", r.fits_on),
     ]

@@ -101,10 +101,14 @@ def run(
          f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%})"),
         ("prompt tokens recomputed (hybrid resume)", f"{s.recomputed_prompt_tokens:,}"),
         ("requests finished / rejected", f"{s.requests_finished:,} / {s.requests_rejected:,}"),
+        ("requests in flight / waiting at the end",
+         f"{s.requests_in_flight_at_end:,} / {s.requests_waiting_at_end:,}"),
+        ("queue", _saturation_text(s.saturated, s.saturation_reason)),
         ("preemptions", f"{s.preemptions:,}"),
         ("engine steps (mean step ms)",
          f"{s.steps:,} ({fmt(s.mean_step_s and s.mean_step_s * 1e3, ',.1f')})"),
-        ("measured window (simulated)", f"{s.window_s:,.0f} s"),
+        ("measured window (simulated)",
+         f"{s.window_s:,.0f} s ({s.window_start_s:,.0f} to {s.window_end_s:,.0f} s)"),
         ("tokens per USD", fmt(price, ",.0f") + f" ({scenario.cost_model})"),
         ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[slo_met(scenario, s)]),
         ("wall time", f"{result.wall_s:,.1f} s"),
@@ -121,9 +125,22 @@ def run(
     if d is not None:
         title += f" ({d.label}, TP{scenario.serving.tp} replicas)"
     print_pairs(title, rows)
+    if s.window_end_reason == "workload_ended" and scenario.duration_s is not None:
+        typer.echo(
+            f"  note: the workload ended at {s.window_end_s:,.1f} s, before duration_s"
+            f" {scenario.duration_s:,.0f} s: the window ends at its last token"
+        )
     from simulator.measured.summary import one_line
 
     typer.echo("  " + one_line(result.latency))
+
+
+def _saturation_text(saturated: bool, reason: str | None) -> str:
+    """``SATURATED (queue grows)`` / ``SATURATED (queue never drains)`` (the figures behind
+    it are in ``saturation_reason``, ``--json``), or ``drains``."""
+    if not saturated:
+        return "drains (not saturated)"
+    return f"SATURATED ({(reason or 'queue grows').partition(': ')[0]})"
 
 
 def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
@@ -183,14 +200,25 @@ def search(
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: start a local instance).")
     ] = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(help="Seeds per point (default: the space's `seeds`, 3); SLO on all."),
+    ] = None,
+    grid: Annotated[
+        bool,
+        typer.Option(
+            "--grid", help="Run exactly the listed concurrencies instead of the max-load search."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from simulator.planner.analysis import best_per_device, pruned_table, runs_table, sensitivity
+    from simulator.planner.analysis import best_per_device, pruned_table, sensitivity
     from simulator.planner.executor import run_all
     from simulator.planner.report import markdown, write_report
+    from simulator.planner.search import run_search
     from simulator.planner.space import SearchSpace, disaggregation_text, expand
 
     if workers < 1:
@@ -199,24 +227,42 @@ def search(
         raise SpecError(
             "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
         )
+    if seeds is not None and seeds < 1:
+        raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
     space = parse(SearchSpace, read_yaml(space_file), space_file)
+    update: dict[str, Any] = {}
+    if seeds is not None:
+        update["seeds"] = seeds
+    if grid:
+        update["search"] = "grid"
+    space = space.model_copy(update=update)
     candidates, pruned = expand(space, str(space_file))
-    scenarios = [sc for c in candidates for sc in c.scenarios]
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(), console=Console(stderr=True),
         disable=as_json or not sys.stderr.isatty(), transient=True,
     ) as bar:  # fmt: skip
-        task = bar.add_task(f"{len(scenarios)} runs", total=len(scenarios))
-        results = run_all(
-            scenarios,
-            out / "cache",
-            workers,
-            lambda done, total: bar.update(task, completed=done),
-            executor,  # type: ignore[arg-type]
-            address,
-        )
-    runs = runs_table(space, candidates, results)
+        what = "grid" if space.search == "grid" else "max-load search"
+        task = bar.add_task(f"{len(candidates)} configurations, {what}", total=None)
+        done_before = 0
+
+        def batch(scenarios: list[Any]) -> dict[str, dict[str, Any]]:
+            nonlocal done_before
+            start = done_before
+            bar.update(task, total=start + len(scenarios))
+            got = run_all(
+                scenarios,
+                out / "cache",
+                workers,
+                lambda done, total: bar.update(task, completed=start + done),
+                executor,  # type: ignore[arg-type]
+                address,
+            )
+            done_before = start + len(scenarios)
+            return got
+
+        found = run_search(space, candidates, batch)
+    runs = found.runs
     best = best_per_device(space, runs)
     sens = sensitivity(space, runs, best)
     pruned_df = pruned_table(pruned)
@@ -229,12 +275,20 @@ def search(
             {
                 "best": best.to_dict(orient="records"),
                 "runs": len(runs),
+                "simulations": found.simulations,
+                "search": space.search,
+                "seeds": space.seeds,
                 "pruned": pruned_df.to_dict(orient="records"),
                 "files": [str(p) for p in paths],
             }
         )
         return
     sys.stdout.write(markdown(space, best, runs, len(pruned)))
+    typer.echo(
+        f"{found.simulations} simulations ({space.search.replace('_', '-')}, {space.seeds}"
+        f" seed{'s' if space.seeds > 1 else ''} per point)",
+        err=True,
+    )
     for p in pruned:
         knobs = {**p.knobs, "disaggregation": disaggregation_text(p.knobs.get("disaggregation"))}
         typer.echo(f"pruned {p.device} {knobs}: {p.reason}", err=True)

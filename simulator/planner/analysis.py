@@ -16,7 +16,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
+from simulator.planner.replicates import FIGURES, aggregate, passes, seeds_of, variant
 from simulator.planner.space import KNOBS, Candidate, Pruned, SearchSpace, disaggregation_text
+from simulator.planner.uncertainty import model_error
+from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,10 +27,34 @@ if TYPE_CHECKING:
 NODE_GPUS = 8  # GPUs per node when sizing a fleet (an HGX / OAM box, or 8 GPUs of an NVL72)
 
 
+def seed_names(space: SearchSpace, scenario: Scenario) -> list[str]:
+    """Names of a point's replicate runs (``<scenario>-s<seed>`` for each seed)."""
+    return [f"{scenario.name}-s{s}" for s in seeds_of(space.seed, space.seeds)]
+
+
+def replicate_scenarios(space: SearchSpace, candidates: list[Candidate]) -> list[Scenario]:
+    """Every point of the grid under every seed."""
+    return [
+        variant(sc, name, seed)
+        for c in candidates
+        for sc in c.scenarios
+        for name, seed in zip(seed_names(space, sc), seeds_of(space.seed, space.seeds), strict=True)
+    ]
+
+
+def _point_results(
+    space: SearchSpace, scenario: Scenario, results: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    found = [results[n] for n in seed_names(space, scenario) if n in results]
+    return found or ([results[scenario.name]] if scenario.name in results else [])
+
+
 def runs_table(
     space: SearchSpace, candidates: list[Candidate], results: dict[str, dict[str, Any]]
 ) -> pd.DataFrame:
-    """One row per run: knobs, concurrency, the summary, cost and SLO verdict."""
+    """One row per point (configuration x concurrency): knobs, the mean over the seeds of
+    every summary figure with its 95 % interval (``_ci_low`` / ``_ci_high``), the worst seed
+    of the SLO figures, cost and the SLO verdict (met on every seed, no seed saturated)."""
     import pandas as pd
 
     prices = catalog.cost_model(space.cost_model).usd_per_gpu_hour
@@ -36,13 +63,18 @@ def runs_table(
     for cand in candidates:
         device = catalog.hardware_profile(cand.device)
         for sc in cand.scenarios:
-            r = results[sc.name]
+            reps = _point_results(space, sc, results)
+            if not reps:
+                continue
+            r = {**reps[0], **aggregate(reps)}
             price = prices.get(cand.device)
             tput = r["throughput_tok_per_s_per_gpu"]
-            inter = r["interactivity_tok_per_s_p90"]
-            ok = slo.met(inter, r["ttft_s_p90"]) is not False  # no SLO: every run passes
+            out_tput = r["output_tok_per_s_per_gpu"]
+            r["interactivity_p90"]
+            ok = passes(slo, reps)
             spec = cand.knobs["speculative"]
             disagg = cand.knobs.get("disaggregation")
+            dollars = _dollars(price, tput, out_tput, sc.num_gpus, sc.workload.concurrency)
             rows.append(
                 {
                     "config_id": cand.config_id,
@@ -60,29 +92,70 @@ def runs_table(
                     "mode": "disaggregated" if disagg else "aggregated",
                     "gpus_per_deployment": sc.num_gpus,
                     "concurrency": sc.workload.concurrency,
-                    "throughput_tok_per_s_per_gpu": tput,
-                    "output_tok_per_s_per_gpu": r["output_tok_per_s_per_gpu"],
-                    "interactivity_p50": r["interactivity_tok_per_s_p50"],
-                    "interactivity_p90": inter,
-                    "ttft_p50_s": r["ttft_s_p50"],
-                    "ttft_p90_s": r["ttft_s_p90"],
-                    "prefix_hit_rate": r["prefix_hit_rate"],
-                    "gpu_hit_rate": r["gpu_hit_rate"],
-                    "cpu_hit_rate": r["cpu_hit_rate"],
+                    "seeds": r["seeds"],
+                    **{k: r[k] for k in r if k.startswith(FIGURE_PREFIXES)},
+                    "interactivity_p90_worst": r["interactivity_p90_worst"],
+                    "ttft_p90_s_worst": r["ttft_p90_s_worst"],
+                    "saturated": r["saturated_seeds"] > 0,
+                    "gpu_hit_rate": _mean(reps, "gpu_hit_rate"),
+                    "cpu_hit_rate": _mean(reps, "cpu_hit_rate"),
                     "kv_cache_gib_per_gpu": r["kv_cache_gib_per_gpu"],
-                    "kv_headroom": 1.0 - r["peak_blocks_used"] / max(r["num_blocks"], 1),
-                    "preemptions": r["preemptions"],
+                    "kv_headroom": 1.0
+                    - max(x["peak_blocks_used"] for x in reps) / max(r["num_blocks"], 1),
+                    "preemptions": _mean(reps, "preemptions"),
                     **{k: r.get(k) for k in POOL_COLUMNS},
-                    "requests_finished": r["requests_finished"],
-                    "requests_per_s": r["requests_finished"] / r["window_s"],
+                    "requests_finished": _mean(reps, "requests_finished"),
+                    "requests_per_s": _mean(
+                        [{"v": x["requests_finished"] / x["window_s"]} for x in reps], "v"
+                    ),
                     "usd_per_gpu_hour": price,
                     "tokens_per_usd": tput * 3600 / price if price else None,
-                    "usd_per_mtok": price / (tput * 3600) * 1e6 if price and tput else None,
+                    "tokens_per_usd_ci_low": _per_usd(
+                        r["throughput_tok_per_s_per_gpu_ci_low"], price
+                    ),
+                    "tokens_per_usd_ci_high": _per_usd(
+                        r["throughput_tok_per_s_per_gpu_ci_high"], price
+                    ),
+                    **dollars,
                     "slo_met": ok,
-                    "wall_s": r["wall_s"],
+                    "wall_s": sum(x["wall_s"] for x in reps),
                 }
             )
     return pd.DataFrame(rows)
+
+
+# figure columns the runs table takes from ``replicates.aggregate`` (mean and interval)
+FIGURE_PREFIXES = tuple(FIGURES.values())
+HOURS_PER_MONTH = 730.0  # 8,760 h / 12
+
+
+def _mean(reps: list[dict[str, Any]], key: str) -> float | None:
+    xs = [x[key] for x in reps if x.get(key) is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _per_usd(tput: float | None, price: float | None) -> float | None:
+    return tput * 3600 / price if tput is not None and price else None
+
+
+def _dollars(
+    price: float | None, tput: float, out_tput: float, gpus: int, users: int
+) -> dict[str, float | None]:
+    """What a buyer reads: output tokens per USD, USD per million output tokens (and per
+    million total tokens), USD per deployment-hour and per user-hour at this load."""
+    if not price:
+        return dict.fromkeys(
+            ("output_tokens_per_usd", "usd_per_mtok", "usd_per_m_output_tok",
+             "usd_per_deployment_hour", "usd_per_user_hour"),
+            None,
+        )  # fmt: skip
+    return {
+        "output_tokens_per_usd": out_tput * 3600 / price,
+        "usd_per_mtok": price / (tput * 3600) * 1e6 if tput else None,
+        "usd_per_m_output_tok": price / (out_tput * 3600) * 1e6 if out_tput else None,
+        "usd_per_deployment_hour": price * gpus,
+        "usd_per_user_hour": price * gpus / users if users else None,
+    }
 
 
 # per-pool figures of disaggregated runs (empty for aggregated ones)
@@ -99,8 +172,12 @@ POOL_COLUMNS = (
 
 
 def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration, its best SLO-meeting run (configurations that never meet it drop)."""
+    """Per configuration, its operating point: the max-load search's point where it ran one
+    (``operating_point``), else its best SLO-meeting run of the grid (configurations that
+    never meet the SLO drop)."""
     ok = runs[runs.slo_met]
+    if "operating_point" in runs.columns:
+        ok = ok[ok.operating_point.astype(bool)]
     if ok.empty:
         return ok
     idx = ok.groupby("config_id").throughput_tok_per_s_per_gpu.idxmax()
@@ -133,6 +210,24 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
         best["usd_per_hour"] = [
             g * p if p else None for g, p in zip(gpus, best.usd_per_gpu_hour, strict=True)
         ]
+        best["usd_per_month"] = [
+            h * HOURS_PER_MONTH if h is not None else None for h in best.usd_per_hour
+        ]
+        if space.demand_users:
+            best["usd_per_user_hour"] = [
+                h / space.demand_users if h is not None else None for h in best.usd_per_hour
+            ]
+        band = [model_error(d) for d in best.device]
+        best["model_error_pct"] = [b.median_ape_pct for b in band]
+        best["model_error_basis"] = [b.basis for b in band]
+        # the node count if the simulator is off by its error band: capacity per deployment
+        # scales with the throughput (an optimistic model buys too few nodes)
+        low, high = [], []
+        for n_gpus, b in zip(gpus, band, strict=True):
+            e = b.median_ape_pct / 100.0
+            low.append(math.ceil(n_gpus / (1.0 + e) / NODE_GPUS))
+            high.append(math.ceil(n_gpus / max(1.0 - e, 0.05) / NODE_GPUS))
+        best["nodes_band_low"], best["nodes_band_high"] = low, high
     return best.sort_values(key, ascending=False)
 
 

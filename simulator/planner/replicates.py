@@ -49,7 +49,8 @@ class Interval:
             return cls(m, m, m, 1)
         var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
         half = t975(len(xs) - 1) * math.sqrt(var / len(xs))
-        return cls(m, m - half, m + half, len(xs))
+        # every figure here is non-negative: a t interval reaching below zero is cut at zero
+        return cls(m, max(m - half, 0.0), m + half, len(xs))
 
 
 def variant(scenario: Scenario, name: str, seed: int, users: int | None = None) -> Scenario:

@@ -24,24 +24,26 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-# What the simulator's error is known to be, with its source (update with docs/validation.md)
-KNOWN_VALIDATION = (
-    "end to end, 28.9 % median APE of throughput per GPU (optimistic on 93 % of points) over"
-    " 921 InferenceMAX v1 points (docs/validation.md, 2026-11-30); per op, H100 GEMM prior"
-    " 8.6 % median APE against vidur's measurements (README)"
-)
+def sources_caveat(devices: list[str]) -> str:
+    """Where each device's op latencies come from and its known end-to-end error band."""
+    from simulator.measured.device import tables_for
+    from simulator.measured.package import tables_available, unavailable_note
+    from simulator.planner.uncertainty import model_error
 
-
-def _caveat(devices: list[str]) -> str:
-    cal = [d for d in devices if catalog.hardware_profile(d).calibrated]
-    uncal = [d for d in devices if d not in cal]
-    text = (
-        "Latency models: roofline priors from each profile (named, sourced assumptions)"
-        f" for {', '.join(uncal) or 'none'}"
-    )
-    if cal:
-        text += f"; calibrated: {', '.join(cal)}"
-    return text + ". Known validation error: " + KNOWN_VALIDATION + "."
+    parts = []
+    for d in devices:
+        profile = catalog.hardware_profile(d)
+        if profile.calibrated:
+            source = "calibrated on the device"
+        else:
+            tables = tables_for(profile) if tables_available() else None
+            source = tables.basis if tables is not None else "roofline priors"
+        err = model_error(d)
+        parts.append(f"{d}: {source}; error band {err.median_ape_pct:.0f} % ({err.basis})")
+    text = "Op latencies and known error per device: " + "; ".join(parts) + "."
+    if not tables_available():
+        text += " " + unavailable_note() + "."
+    return text + " Intervals are 95 % over the seeds (Student t of the mean)."
 
 
 def _fmt(x: object, spec: str = ",.0f") -> str:
@@ -56,8 +58,24 @@ BEST_COLUMNS = [
     ("device", None), ("config_id", None), ("concurrency", ",d"),
     ("throughput_tok_per_s_per_gpu", ",.0f"), ("interactivity_p90", ",.1f"),
     ("ttft_p90_s", ",.2f"), ("tokens_per_usd", ",.0f"), ("usd_per_mtok", ",.3f"),
-    ("prefix_hit_rate", ".0%"), ("kv_headroom", ".0%"), ("gpus", ",d"), ("nodes", ",d"),
+    ("usd_per_m_output_tok", ",.2f"), ("prefix_hit_rate", ".0%"), ("kv_headroom", ".0%"),
+    ("gpus", ",d"), ("nodes", ",d"), ("usd_per_hour", ",.0f"), ("usd_per_month", ",.0f"),
+    ("usd_per_user_hour", ",.3f"), ("model_error_pct", ".0f"),
 ]  # fmt: skip
+# columns shown with their replicate interval: value [low, high]
+WITH_INTERVAL = ("throughput_tok_per_s_per_gpu", "interactivity_p90", "ttft_p90_s",
+                 "tokens_per_usd")  # fmt: skip
+
+
+def _cell(row: Any, column: str, spec: str) -> str:
+    text = _fmt(row[column], spec)
+    if column in WITH_INTERVAL and f"{column}_ci_low" in row and text != "-":
+        lo, hi = row[f"{column}_ci_low"], row[f"{column}_ci_high"]
+        if lo is not None and hi is not None and lo == lo and hi != lo:
+            text += f" [{_fmt(lo, spec)}, {_fmt(hi, spec)}]"
+    if column == "nodes" and "nodes_band_low" in row and text != "-":
+        text += f" ({_fmt(row['nodes_band_low'], ',d')}-{_fmt(row['nodes_band_high'], ',d')})"
+    return text
 
 
 # a disaggregated deployment's link, as the report states it
@@ -115,7 +133,7 @@ def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_prune
         + f". {len(runs)} runs, {n_pruned} configurations pruned."
         f" Generated {dt.date.today().isoformat()}.",
         "",
-        _caveat(space.devices),
+        sources_caveat(space.devices),
         "",
         "## Best configuration per device (meeting the SLO)",
         "",
@@ -127,7 +145,12 @@ def markdown(space: SearchSpace, best: pd.DataFrame, runs: pd.DataFrame, n_prune
         lines.append("| " + " | ".join(c for c, _ in cols) + " |")
         lines.append("|" + "---|" * len(cols))
         for _, row in best.iterrows():
-            lines.append("| " + " | ".join(_fmt(row[c], f or "") for c, f in cols) + " |")
+            lines.append("| " + " | ".join(_cell(row, c, f or "") for c, f in cols) + " |")
+        lines += [
+            "",
+            "Values are means over the seeds, [95 % interval]; nodes (range if the simulator is"
+            " off by the device's error band, model_error_pct). The SLO holds on every seed.",
+        ]
     missing = sorted(set(space.devices) - set(best.device if not best.empty else []))
     if missing:
         lines += ["", f"No configuration of {', '.join(missing)} meets the SLO (or fits)."]
@@ -147,7 +170,7 @@ def html_report(
     import plotly.io as pio
     from plotly.subplots import make_subplots
 
-    caveat = "<br>".join(textwrap.wrap(_caveat(space.devices), 150))
+    caveat = "<br>".join(textwrap.wrap(sources_caveat(space.devices), 150))
     figs = []
     devices = [d for d in space.devices if d in set(runs.device)]
     cols = min(2, max(len(devices), 1))
@@ -230,7 +253,7 @@ def html_report(
     body = [
         f"<h1>Capacity report: {html.escape(space.name)}</h1>",
         f"<p>{html.escape(markdown(space, best, runs, len(pruned)).splitlines()[2])}</p>",
-        f"<p><em>{html.escape(_caveat(space.devices))}</em></p>",
+        f"<p><em>{html.escape(sources_caveat(space.devices))}</em></p>",
         "<h2>Best configuration per device</h2>",
         table(best) if not best.empty else "<p>No configuration meets the SLO.</p>",
         *mode_part,

@@ -1,10 +1,17 @@
 """A search space: devices x serving knobs x concurrency, expanded into scenarios or pruned.
 
-Invalid combinations (TP not dividing the heads, DCP not dividing TP, TP beyond the
-scale-up domain, weights that do not fit, disaggregation with dp > 1) are pruned with the
-reason, never run. The ``disaggregation`` knob lists prefill/decode splits (``null``:
-aggregated), so one search compares aggregated and xPyD deployments of each device; the
-closed-loop ``concurrency`` is then per deployment (all its prefill and decode replicas).
+Invalid combinations (TP not dividing the heads, DCP not dividing TP or beyond what the KV
+heads allow, TP beyond the scale-up domain, weights that do not fit, disaggregation with
+dp > 1) are pruned with the reason, never run. The ``disaggregation`` knob lists
+prefill/decode splits (``null``: aggregated), so one search compares aggregated and xPyD
+deployments of each device; the closed-loop ``concurrency`` is then per deployment (all its
+prefill and decode replicas).
+
+The base ``serving`` holds what is not swept: a knob set there keeps its value unless the
+sweep lists it (a knob set in both with different values is an error); a knob set in neither
+takes the sweep's default. A value listed twice in the sweep runs once (the repeat is noted
+among the pruned). Configuration ids are unique: when two configurations read alike
+(acceptance 0.5 and 0.9 both print ``eagle2``), each gets a short hash of its knob values.
 """
 
 from __future__ import annotations
@@ -12,11 +19,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    Field,
+    ModelWrapValidatorHandler,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from simulator import catalog
 from simulator.memory import check_deployment, check_device, plan_memory
@@ -39,6 +60,30 @@ class Sweep(Frozen):
     speculative: list[SpeculativeConfig | None] = Field(default=[None], min_length=1)
     # prefill/decode splits to try; null = aggregated (dp replicas)
     disaggregation: list[Disaggregation | None] = Field(default=[None], min_length=1)
+    # values listed more than once (dropped, the first kept), for expand's note
+    _repeated: dict[str, list[Any]] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _run_each_value_once(cls, data: Any, handler: ModelWrapValidatorHandler[Sweep]) -> Sweep:
+        """Drop repeated values, keeping the order (compared once validated: 0 and 0.0 are
+        one offload size), and remember them."""
+        sweep = handler(data)
+        kept: dict[str, list[Any]] = {}
+        repeated: dict[str, list[Any]] = {}
+        for knob in type(sweep).model_fields:
+            unique: list[Any] = []
+            for value in getattr(sweep, knob):
+                if value in unique:
+                    repeated.setdefault(knob, []).append(value)
+                else:
+                    unique.append(value)
+            if knob in repeated:
+                kept[knob] = unique
+        if kept:
+            sweep = sweep.model_copy(update=kept)
+        sweep._repeated = repeated
+        return sweep
 
 
 KNOBS = ("tp", "dcp", "dp", "ep", "cpu_offload_bytes", "max_num_seqs",
@@ -62,6 +107,30 @@ class SearchSpace(Frozen):
     duration_s: PositiveFloat = 3600.0
     warmup_s: float = Field(default=600.0, ge=0)
     seed: int = 0
+    # replicates: every point runs under seeds seed, seed + 1, ...; the SLO must hold on all
+    seeds: PositiveInt = 3
+    # "max_load": per configuration the most users meeting the SLO, by bracketing and integer
+    # bisection between min(concurrency) and max(concurrency), to within load_tolerance of
+    # the load (or one user); "grid": exactly the listed concurrencies
+    search: Literal["max_load", "grid"] = "max_load"
+    load_tolerance: float = Field(default=0.05, ge=0, lt=1)
+
+    @field_validator("demand_requests_per_s")
+    @classmethod
+    def _one_demand(cls, rate: float | None, info: ValidationInfo) -> float | None:
+        users = info.data.get("demand_users")
+        if rate is not None and users is not None:
+            raise ValueError(
+                f"give demand_users ({users}) or demand_requests_per_s ({rate:g}), not both:"
+                " the fleet is sized for one demand"
+            )
+        return rate
+
+    @field_serializer("serving", "sweep")
+    def _as_given(self, value: BaseModel, info: SerializationInfo) -> dict[str, Any]:
+        """The fields given, not the defaults: a dumped space (``space.yaml``, the dashboard's
+        JSON) must read back with the same base knobs set and the same knobs swept."""
+        return value.model_dump(mode=info.mode, exclude_unset=True)
 
 
 @dataclass(frozen=True)
@@ -138,19 +207,83 @@ def disaggregation_text(value: dict[str, Any] | None) -> str:
     return text
 
 
+def _shown(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_none=True)
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
+def knob_values(space: SearchSpace, source: str = "(search)") -> dict[str, list[Any]]:
+    """The values each knob takes: the sweep's where it lists the knob, else the base
+    serving's where it sets it, else the sweep's default. A knob the base sets and the sweep
+    lists with other values is an error (which one was meant?)."""
+    base, sweep = space.serving, space.sweep
+    values: dict[str, list[Any]] = {}
+    for knob in KNOBS:
+        swept = list(getattr(sweep, knob))
+        if knob in SERVING_KNOBS and knob in base.model_fields_set:
+            given = getattr(base, knob)
+            if knob not in sweep.model_fields_set:
+                swept = [given]
+            elif swept != [given]:
+                raise SpecError(
+                    source,
+                    f"sweep.{knob}",
+                    f"sweeps {_shown(swept)} but serving.{knob} is {_shown(given)}: give {knob}"
+                    " in one place (serving holds what is not swept)",
+                )
+        values[knob] = swept
+    return values
+
+
+def _knob_hash(knobs: dict[str, Any]) -> str:
+    """Six hex digits of the canonical knob values (float repr keeps 1e9 != 1.0000001e9)."""
+    text = json.dumps(knobs, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
+def unique_ids(labels: list[str], knobs: list[dict[str, Any]]) -> list[str]:
+    """``labels`` made unique: every label shared by several configurations gets a short hash
+    of its knob values (all of them, so an id does not depend on the order of the sweep)."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    ids = [
+        f"{label}-{_knob_hash(k)}" if counts[label] > 1 else label
+        for label, k in zip(labels, knobs, strict=True)
+    ]
+    seen: dict[str, int] = {}
+    out = []
+    for i in ids:  # equal hashes (not seen in practice): number them
+        seen[i] = seen.get(i, 0) + 1
+        out.append(i if seen[i] == 1 else f"{i}-{seen[i]}")
+    return out
+
+
 def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate], list[Pruned]]:
-    """Every (device, knob combination) as a runnable candidate or a pruned one with a reason."""
+    """Every (device, knob combination) as a runnable candidate or a pruned one with a reason
+    (repeated sweep values come back among the pruned, noted as repeats)."""
     card = catalog.model_card(space.model)
-    sweep = space.sweep
-    candidates: list[Candidate] = []
+    limit = space.serving.max_model_len
+    if limit is not None and limit > card.max_context_tokens:
+        raise SpecError(
+            source,
+            "serving.max_model_len",
+            f"{limit:,} exceeds the {card.max_context_tokens:,}-token context of {card.name}"
+            " (its max_context_tokens)",
+        )
+    values = knob_values(space, source)
+    valid: list[tuple[str, dict[str, Any], ServingConfig]] = []
     pruned: list[Pruned] = []
     for device_name in space.devices:
         try:
             device = catalog.hardware_profile(device_name)
         except SpecError as exc:
             raise SpecError(source, "devices", exc.reason) from None
-        for values in itertools.product(*(getattr(sweep, k) for k in KNOBS)):
-            knobs = dict(zip(KNOBS, values, strict=True))
+        for combo in itertools.product(*(values[k] for k in KNOBS)):
+            knobs = dict(zip(KNOBS, combo, strict=True))
             for k in ("speculative", "disaggregation"):
                 knobs[k] = knobs[k].model_dump() if knobs[k] is not None else None
             data = {
@@ -178,22 +311,46 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
             if memory.num_blocks <= memory.blocks_per_seq:
                 pruned.append(Pruned(device_name, knobs, memory.fits_reason))
                 continue
-            label = f"{device_name}-{knob_label(knobs)}"
-            scenarios = tuple(
-                Scenario(
-                    name=f"{label}-c{users}",
-                    model=space.model,
-                    device=device_name,
-                    serving=serving,
-                    workload=space.workload.model_copy(update={"concurrency": users}),
-                    slo=space.slo,
-                    cost_model=space.cost_model,
-                    seed=space.seed,
-                    duration_s=space.duration_s,
-                    warmup_s=space.warmup_s,
-                    disaggregation=disagg,
-                )
-                for users in space.concurrency
+            valid.append((device_name, knobs, serving))
+        pruned += _repeat_notes(space, values, device_name)
+    labels = [f"{device}-{knob_label(knobs)}" for device, knobs, _ in valid]
+    ids = unique_ids(labels, [knobs for _, knobs, _ in valid])
+    candidates: list[Candidate] = []
+    for config_id, (device_name, knobs, serving) in zip(ids, valid, strict=True):
+        scenarios = tuple(
+            Scenario(
+                name=f"{config_id}-c{users}",
+                model=space.model,
+                device=device_name,
+                serving=serving,
+                workload=space.workload.model_copy(update={"concurrency": users}),
+                slo=space.slo,
+                cost_model=space.cost_model,
+                seed=space.seed,
+                duration_s=space.duration_s,
+                warmup_s=space.warmup_s,
+                disaggregation=knobs["disaggregation"],
             )
-            candidates.append(Candidate(label, device_name, knobs, scenarios))
+            for users in space.concurrency
+        )
+        candidates.append(Candidate(config_id, device_name, knobs, scenarios))
     return candidates, pruned
+
+
+def _repeat_notes(space: SearchSpace, values: dict[str, list[Any]], device: str) -> list[Pruned]:
+    """One note per repeated sweep value: its configurations ran once."""
+    notes = []
+    for knob, repeats in space.sweep._repeated.items():
+        for value in repeats:
+            knobs = {k: v[0] for k, v in values.items()} | {knob: value}
+            for k in ("speculative", "disaggregation"):
+                knobs[k] = knobs[k].model_dump() if knobs[k] is not None else None
+            notes.append(
+                Pruned(
+                    device,
+                    knobs,
+                    f"sweep.{knob} repeats {_shown(value)}: its configurations run once"
+                    " (the repeat is dropped)",
+                )
+            )
+    return notes

@@ -54,6 +54,10 @@ class ServingConfig(Frozen):
     kv_cache_memory_bytes: float | None = Field(default=None, gt=0)  # --kv-cache-memory-bytes
     max_num_batched_tokens: PositiveInt | None = None  # None: vLLM default by device memory
     max_num_seqs: PositiveInt | None = None  # None: vLLM default by device memory
+    # --max-model-len: longest prompt + max_tokens a request may ask for (vLLM answers HTTP
+    # 400 beyond it). None: the card's max_context_tokens; more than that is refused
+    # (memory.check_deployment: the card is needed to check it)
+    max_model_len: PositiveInt | None = None
     block_size_tokens: PositiveInt = 16  # --block-size; hybrid page alignment can raise it
     enable_prefix_caching: bool = True  # hybrids: align mode (2 state pages per request)
     # recurrent-state checkpoints kept: 0 = vLLM default (replay boundary + shared-prefix

@@ -157,8 +157,17 @@ def source_for_spec(spec: WorkloadSpecs, seed: int, base_dir: str | Path = ".") 
     return generator_source(spec.kind, spec.sessions, seed)
 
 
-def build_replay(spec: WorkloadSpecs, seed: int, base_dir: str | Path = ".") -> Replay:
-    """The Replay of a scenario's workload (the mode follows from the spec's fields)."""
+def build_replay(
+    spec: WorkloadSpecs,
+    seed: int,
+    base_dir: str | Path = ".",
+    max_model_len: int | None = None,
+    horizon_s: float | None = None,
+) -> Replay:
+    """The Replay of a scenario's workload (the mode follows from the spec's fields).
+
+    ``max_model_len``: requests whose prompt + max_tokens exceed it are refused by the replay
+    (vLLM's HTTP 400) up to ``horizon_s``; see :mod:`simulator.workload.replay`."""
     source = source_for_spec(spec, seed, base_dir)
     mode: ReplayMode
     if isinstance(spec, RandomPromptWorkload):
@@ -176,7 +185,7 @@ def build_replay(spec: WorkloadSpecs, seed: int, base_dir: str | Path = ".") -> 
     else:
         assert isinstance(spec, TraceWorkload)  # generated workloads need one of the two
         mode = open_loop(spec.time_scale)
-    return Replay(source.open(), mode)
+    return Replay(source.open(), mode, max_model_len=max_model_len, horizon_s=horizon_s)
 
 
 def iter_requests(source: Source, limit: int | None = None) -> Iterator[Request]:

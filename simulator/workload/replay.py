@@ -18,6 +18,13 @@ Modes:
 - ``poisson_sessions(rate, seed)``: sessions start at Poisson times; turns inside a session
   follow completions as in closed loop.
 
+Request length: with ``max_model_len`` a request whose prompt + max_tokens exceed it is
+answered at once, as vLLM's API server answers it with HTTP 400 before the engine sees it: it
+never reaches the engine, it is counted in ``rejected`` and handed to ``on_reject(request,
+time, reason)`` (the simulation records it as a rejected request), and its session goes on
+from that moment as after any finished turn. A request due after ``horizon_s`` (the run's
+end) is left to the engine, which never delivers it.
+
 Sub-agents: a :class:`SubagentGroup` is spawned when the parent reaches it (after the parent
 request that issued it finished); its sub-agents run concurrently, each as its own sequential
 chain (its own session id, ``parent_session_id``/``parent_request_id`` set), and the parent's
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +44,19 @@ import numpy as np
 from simulator.workload.request import Request, Session, SubagentGroup, Turn
 
 Due = tuple[float, Request]
+# a request refused for its length: (request, when, why)
+RejectHook = Callable[[Request, float, str], None]
+
+
+def length_error(request: Request, max_model_len: int) -> str | None:
+    """Why vLLM refuses ``request`` (prompt + max_tokens beyond max_model_len), else None."""
+    total = request.prompt_tokens + request.output_tokens
+    if total <= max_model_len:
+        return None
+    return (
+        f"prompt {request.prompt_tokens:,} + max_tokens {request.output_tokens:,} ="
+        f" {total:,} tokens exceed max_model_len {max_model_len:,} (vLLM answers HTTP 400)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +221,14 @@ class _Run:
 class Replay:
     """Timed requests from sessions under one replay mode (see the module docstring)."""
 
-    def __init__(self, sessions: Iterator[Session], mode: ReplayMode) -> None:
+    def __init__(
+        self,
+        sessions: Iterator[Session],
+        mode: ReplayMode,
+        max_model_len: int | None = None,
+        horizon_s: float | None = None,
+        on_reject: RejectHook | None = None,
+    ) -> None:
         self.mode = mode
         self._sessions = sessions
         self._ids = IdCounter()
@@ -210,6 +237,10 @@ class Replay:
         self._exhausted = False
         self._started = False
         self.issued = 0
+        self.max_model_len = max_model_len
+        self.horizon_s = horizon_s
+        self.on_reject = on_reject
+        self.rejected = 0  # requests refused for their length (never given to the engine)
 
     # ---------------------------------------------------------------- the engine's interface
 
@@ -249,11 +280,25 @@ class Replay:
 
     # ---------------------------------------------------------------- modes
 
+    def _refused(self, request: Request, t: float) -> bool:
+        """Whether ``request`` (due at ``t``) is refused for its length; if so, reported."""
+        if self.max_model_len is None or (self.horizon_s is not None and t > self.horizon_s):
+            return False
+        reason = length_error(request, self.max_model_len)
+        if reason is None:
+            return False
+        self.rejected += 1
+        if self.on_reject is not None:
+            self.on_reject(request, t, reason)
+        return True
+
     def _open(self, scale: float) -> Iterator[Due]:
         starts = ((s.start_s, s) for s in self._sessions)
         for t, req in _merge(starts, scale, self._ids):
-            self._outstanding[req.request_id] = None
             self.issued += 1
+            if self._refused(req, t):
+                continue
+            self._outstanding[req.request_id] = None
             yield t, req
         self._exhausted = True
 
@@ -284,47 +329,63 @@ class Replay:
         think_s *= mode.think_time_scale
         return think_s if mode.think_time_cap_s is None else min(think_s, mode.think_time_cap_s)
 
-    def _next_session(self, user: int, now: float) -> list[Due]:
+    def _open_session(self, user: int) -> _Run | None:
         session = next(self._sessions, None)
         if session is None:
             self._exhausted = True
-            return []
-        run = _Run(self._ids.session(), session.items, user=user)
+            return None
         self._live_runs += 1
-        return self._advance(run, now)
+        return _Run(self._ids.session(), session.items, user=user)
+
+    def _next_session(self, user: int, now: float) -> list[Due]:
+        run = self._open_session(user)
+        return [] if run is None else self._advance(run, now)
 
     def _advance(self, run: _Run, now: float) -> list[Due]:
+        """The requests due next in ``run`` from ``now``; a turn refused for its length ends
+        at once and the run goes on (a loop, not a recursion: a user may see thousands of
+        refused sessions in a row)."""
         out: list[Due] = []
-        for item in run.items:
-            if isinstance(item, Turn):
-                think = self._think(item.think_time_s)
-                rid = self._ids.request()
-                parent = (
-                    (run.parent.session_id, run.parent.last_request_id)
-                    if run.parent is not None
-                    else (None, None)
-                )
-                req = _request(item, rid, run.session_id, run.turn, now + think, think, parent)
-                self._outstanding[rid] = run
-                self.issued += 1
-                run.turn += 1
-                run.last_request_id = rid
-                out.append((now + think, req))
+        current: _Run | None = run
+        while current is not None:
+            run = current
+            for item in run.items:
+                if isinstance(item, Turn):
+                    think = self._think(item.think_time_s)
+                    rid = self._ids.request()
+                    parent = (
+                        (run.parent.session_id, run.parent.last_request_id)
+                        if run.parent is not None
+                        else (None, None)
+                    )
+                    t = now + think
+                    req = _request(item, rid, run.session_id, run.turn, t, think, parent)
+                    self.issued += 1
+                    run.turn += 1
+                    run.last_request_id = rid
+                    if self._refused(req, t):
+                        now = t  # answered at once: the session's next turn follows from here
+                        continue
+                    self._outstanding[rid] = run
+                    out.append((t, req))
+                    return out
+                if not item.sessions:
+                    continue
+                run.waiting = len(item.sessions)
+                for child in item.sessions:
+                    self._live_runs += 1
+                    out += self._advance(_Run(self._ids.session(), child.items, parent=run), now)
                 return out
-            if not item.sessions:
-                continue
-            run.waiting = len(item.sessions)
-            for child in item.sessions:
-                self._live_runs += 1
-                out += self._advance(_Run(self._ids.session(), child.items, parent=run), now)
-            return out
-        self._live_runs -= 1
-        return out + self._finished(run, now)
+            self._live_runs -= 1
+            current = self._after(run)
+        return out
 
-    def _finished(self, run: _Run, now: float) -> list[Due]:
+    def _after(self, run: _Run) -> _Run | None:
+        """The run to go on with once ``run`` has no items left: its parent when it was the
+        last sub-agent to finish, else its user's next session (None: nothing to go on with)."""
         if run.parent is not None:
             run.parent.waiting -= 1
-            return self._advance(run.parent, now) if run.parent.waiting == 0 else []
+            return run.parent if run.parent.waiting == 0 else None
         if run.user is not None and not self._exhausted:
-            return self._next_session(run.user, now)
-        return []
+            return self._open_session(run.user)
+        return None

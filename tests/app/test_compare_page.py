@@ -18,6 +18,8 @@ def small(at: AppTest) -> AppTest:
     at.multiselect(key="compare_users").set_value([8, 16])
     at.number_input(key="compare_minutes").set_value(10)
     at.number_input(key="compare_warmup").set_value(2)
+    # 40 tok/s/user: with the measured tables B300 gives ~46 P90 at 8 users (the prior ~60)
+    at.number_input(key="compare_slo_interactivity").set_value(40.0)
     return at.run()
 
 
@@ -31,12 +33,12 @@ def test_compare_two_devices(app: OpenPage) -> None:
     assert not at.error
     values = {m.label: m.value for m in at.metric}
     assert set(values) == {"mi355x tokens per USD", "b300 tokens per USD"}
-    assert all(v.endswith(" M") for v in values.values())  # both meet 50 tok/s/user at 8 users
+    assert all(v.endswith(" M") for v in values.values())  # both meet 40 tok/s/user at 8 users
     figures = at.get("plotly_chart")
     assert len(figures) == 2  # frontier per device, tokens per dollar
     best = at.dataframe[0].value
     assert sorted(best.device) == ["b300", "mi355x"]
-    assert (best.interactivity_p90 >= 50).all()
+    assert (best.interactivity_p90 >= 40).all()
     runs = at.dataframe[1].value
     assert len(runs) == 4
     assert set(runs.concurrency) == {8, 16}
