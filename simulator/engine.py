@@ -85,6 +85,7 @@ class Replica:
         # recording only: the step (or fast-forwarded run) in progress, for the end of a run:
         # (start, step_s, steps, prompt_computed, waiting, plan)
         self.in_progress: tuple[float, float, int, int, int, StepPlan] | None = None
+        self._step_started_s: float | None = None  # start of the step in flight (or last)
         self.process = env.process(self._run())
 
     @property
@@ -94,7 +95,7 @@ class Replica:
 
     def submit(self, state: ReqState) -> None:
         state.replica = self.id
-        if not self.sched.add(state):
+        if not self.sched.add(state, self.env.now):
             state.finish_s = self.env.now
             self.on_finish(state)  # rejected, with its reason
             return
@@ -135,7 +136,10 @@ class Replica:
             if not sched.has_schedulable():
                 yield from self._idle()
                 continue
-            plan = sched.schedule(env.now, self._load_seconds)
+            # async scheduling: this batch was formed when the step now ending started, so
+            # requests queued during it join the step after (none when nothing was running)
+            lag = self._step_started_s if sched.running else None
+            plan = sched.schedule(env.now, self._load_seconds, lag)
             if plan.num_tokens == 0:
                 if sched.loading or plan.started_loads or sched.held:
                     yield from self._idle()
@@ -164,6 +168,7 @@ class Replica:
                 yield env.timeout(step_s)
             self.in_progress = None
             self.last_step_s = step_s
+            self._step_started_s = start + (steps - 1) * step_s  # the last step of a run
             if steps > 1:
                 finished = self._commit_decodes(plan, steps, step_s)
             else:

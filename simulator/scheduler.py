@@ -75,6 +75,7 @@ class ReqState:
     request: Request
     block_hashes: tuple[int, ...]  # prompt chain ids at the engine block size
     arrival_s: float
+    enqueued_s: float = 0.0  # when it joined this replica's waiting queue (async admission)
     computed: int = 0
     generated: int = 0
     status: Status = Status.WAITING
@@ -179,8 +180,10 @@ class Scheduler:
 
     # ---------------------------------------------------------------- queue
 
-    def add(self, state: ReqState) -> bool:
-        """Queue a request; False (and REJECTED) if it could never fit in this cache."""
+    def add(self, state: ReqState, now_s: float | None = None) -> bool:
+        """Queue a request (at ``now_s``, default its arrival); False (and REJECTED) if it
+        could never fit in this cache."""
+        state.enqueued_s = state.arrival_s if now_s is None else now_s
         need = state.request.prompt_tokens + state.request.output_tokens + self.k
         if need > self.max_request_tokens:
             state.status = Status.REJECTED
@@ -227,8 +230,16 @@ class Scheduler:
 
     # ---------------------------------------------------------------- one step
 
-    def schedule(self, now_s: float, load_seconds: LoadTimer | None = None) -> StepPlan:
-        """Form one step (vLLM ``Scheduler.schedule``)."""
+    def schedule(
+        self,
+        now_s: float,
+        load_seconds: LoadTimer | None = None,
+        admit_before_s: float | None = None,
+    ) -> StepPlan:
+        """Form one step (vLLM ``Scheduler.schedule``). ``admit_before_s``: with async
+        scheduling the batch of step n + 1 is formed when step n starts, so requests queued
+        after that moment wait for step n + 2 (``AsyncScheduler``; the engine passes the
+        start of the step in flight)."""
         budget = self.token_budget
         entries: list[tuple[ReqState, int, int, bool]] = []
         preempted: list[ReqState] = []
@@ -266,6 +277,8 @@ class Scheduler:
                 budget -= num_new
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 req = self.waiting[0]
+                if admit_before_s is not None and req.enqueued_s > admit_before_s:
+                    break  # not yet seen when this batch was formed
                 hit: PrefixHitLike = self.cache.lookup(req.req_id, req.num_tokens, req.all_hashes)
                 remote = 0
                 if req.remote_tokens and self.remote is not None:
