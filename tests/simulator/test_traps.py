@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from simulator import catalog
@@ -393,3 +395,34 @@ def test_both_demands_are_an_error() -> None:
     assert "demand_users" in info.value.reason
     assert space(demand_users=100).demand_users == 100
     assert space(demand_requests_per_s=3.0).demand_requests_per_s == 3.0
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.sampled_from([0.0, 1e9, 1.0000001e9, 2**40]), min_size=1, max_size=4),
+    st.lists(st.sampled_from([None, 32, 64, 64]), min_size=1, max_size=3),
+    st.lists(
+        st.sampled_from([None, 0.5, 0.9, 0.90000001]).map(
+            lambda a: (
+                None
+                if a is None
+                else {"method": "eagle", "num_speculative_tokens": 2, "acceptance_rate": a}
+            )
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_configuration_ids_are_unique_over_generated_spaces(
+    offload: list[float], seqs: list[int | None], spec: list[dict[str, Any] | None]
+) -> None:
+    candidates, _ = expand(
+        space(
+            devices=["h200", "h100"],
+            sweep={"cpu_offload_bytes": offload, "max_num_seqs": seqs, "speculative": spec},
+        )
+    )
+    ids = [c.config_id for c in candidates]
+    assert len(ids) == len(set(ids))
+    names = [sc.name for c in candidates for sc in c.scenarios]
+    assert len(names) == len(set(names))
