@@ -355,12 +355,40 @@ def effective_max_model_len(card: ModelCard, serving: ServingConfig) -> int:
 def check_device(
     serving: ServingConfig, device: HardwareProfile, source: str = "(arguments)"
 ) -> None:
+    """Cross-checks between a serving config and the device: what the knobs ask of one GPU
+    (and of the host behind a replica) must exist on it."""
+
+    def fail(field: str, reason: str) -> None:
+        raise SpecError(source, f"serving.{field}", reason)
+
     domain = device.scale_up.domain_size if device.scale_up is not None else 1
     if serving.tp > domain:
-        raise SpecError(
-            source,
-            "serving.tp",
-            f"tp {serving.tp} exceeds the scale-up domain of {device.name} ({domain} GPUs)",
+        fail("tp", f"tp {serving.tp} exceeds the scale-up domain of {device.name} ({domain} GPUs)")
+    usable = device.usable_memory_bytes
+    for field in ("kv_cache_memory_bytes", "runtime_reserve_bytes"):
+        value = getattr(serving, field)
+        if value is not None and value > usable:
+            fail(
+                field,
+                f"{value:.4g} B exceeds the usable memory of one {device.name}"
+                f" ({usable:.4g} B = {usable / GIB:,.1f} GiB; {field} is per GPU)",
+            )
+    host = device.host_dram_bytes_per_gpu * serving.tp
+    if serving.cpu_offload_bytes > host:
+        fail(
+            "cpu_offload_bytes",
+            f"{serving.cpu_offload_bytes:.4g} B exceeds the host DRAM of tp {serving.tp} x"
+            f" {device.name} ({host:.4g} B = {host / GIB:,.0f} GiB: host_dram_bytes_per_gpu"
+            " x tp; the host tier is per replica)",
+        )
+    tokens, seqs = batch_limits(device, serving)
+    if tokens < seqs:
+        given = "" if serving.max_num_seqs is not None else f", vLLM's default on {device.name}"
+        fail(
+            "max_num_batched_tokens",
+            f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}{given}):"
+            " every running sequence needs a token of the step (vLLM SchedulerConfig refuses"
+            " it)",
         )
 
 
@@ -379,12 +407,19 @@ def plan_memory(
     weight_total = sum(g.bytes_per_gpu for g in groups)
     budget = serving.gpu_memory_utilization * device.usable_memory_bytes
     activations = activation_reserve_bytes(card, serving, device)
+    explicit_kv_over = False
     if serving.kv_cache_memory_bytes is not None:
         kv_bytes = serving.kv_cache_memory_bytes
+        # a pool that does not fit beside the weights does not exist (vLLM: CUDA OOM at start)
+        explicit_kv_over = weight_total + kv_bytes + serving.runtime_reserve_bytes > (
+            device.usable_memory_bytes
+        )
     else:
         kv_bytes = budget - weight_total - activations - serving.runtime_reserve_bytes
     layout = kv_layout(card, serving)
     num_blocks = max(int(kv_bytes // layout.bytes_per_block), 0) if kv_bytes > 0 else 0
+    if explicit_kv_over:
+        num_blocks = 0
     per_seq_blocks = blocks_per_seq(layout, serving, context_tokens)
     limit = effective_max_model_len(card, serving)
     # vLLM holds no sequence longer than max_model_len, whatever the memory
@@ -427,6 +462,12 @@ def plan_memory(
         reason = (
             f"context {context_tokens:,} tokens exceeds max_model_len {limit:,} ({where}):"
             " vLLM rejects longer requests"
+        )
+    elif explicit_kv_over:
+        fits = False
+        reason = (
+            "weights + kv_cache_memory_bytes + runtime reserve exceed the usable memory"
+            f" ({device.usable_memory_bytes / GIB:,.1f} GiB)"
         )
     elif weight_total > budget:
         fits, reason = False, "weights exceed gpu_memory_utilization x usable memory"

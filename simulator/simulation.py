@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
@@ -26,7 +26,7 @@ from simulator.metrics import Pools, Recorder, Summary, summarize
 from simulator.scheduler import ReqState, Scheduler, Status
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
-from simulator.specs.scenario import Scenario
+from simulator.specs.scenario import Scenario, TraceWorkload
 from simulator.specs.serving import ServingConfig
 from simulator.workload import build_replay
 
@@ -182,6 +182,31 @@ def _replica_parts(
     )
 
 
+W = TypeVar("W")
+
+
+def resolve_workload(workload: W, base_dir: str | Path) -> W:
+    """``workload`` with a relative trace path made absolute against ``base_dir`` (the folder
+    of the scenario or search-space file that names it), so that it reads the same file from
+    any current folder and in any worker process."""
+    if isinstance(workload, TraceWorkload):
+        path = Path(workload.path).expanduser()
+        if not path.is_absolute():
+            path = Path(base_dir).resolve() / path
+        return workload.model_copy(update={"path": str(path)})
+    return workload
+
+
+def check_workload_files(workload: Any) -> None:
+    """Everything the workload's replay will read, checked before it starts (a trace file or
+    a folder of traces: regular files, intact gzip streams, UTF-8): see
+    :func:`simulator.workload.traces.check_trace`."""
+    from simulator.workload.traces import check_trace
+
+    if isinstance(workload, TraceWorkload):
+        check_trace(workload.path)
+
+
 def simulate(
     scenario: Scenario,
     source: str | Path = "(scenario)",
@@ -194,6 +219,9 @@ def simulate(
     every ``engine.PROGRESS_EVERY_S`` of wall time while steps run; an exception it raises
     ends the run and propagates (how the dashboard's Stop button stops one)."""
     start = time.perf_counter()
+    # the trace, relative to the scenario's folder, checked whole before anything runs
+    workload = resolve_workload(scenario.workload, base_dir)
+    check_workload_files(workload)
     try:
         card = catalog.model_card(scenario.model)
         device = catalog.hardware_profile(scenario.device)
@@ -236,7 +264,7 @@ def simulate(
     # its engine sees it: the replay refuses it at its arrival and the engine's recorder
     # holds it as rejected, with the reason (the scheduler's own rejection is for the cache)
     replay = build_replay(
-        scenario.workload,
+        workload,
         scenario.seed,
         base_dir,
         max_model_len=effective_max_model_len(card, serving),

@@ -207,6 +207,64 @@ def fit_measured(
     return model.model_copy(update={"fit_error": fit_error(errors)}), errors
 
 
+# Parameters of each fitted form: the roofline (compute and memory efficiency, launch cost,
+# sharpness), alpha-beta (alpha, beta) per world size. A fit needs one row more than its
+# parameters, or its training error is 0 % by construction (one row fits any curve).
+ROOFLINE_PARAMETERS = 4
+ALPHA_BETA_PARAMETERS = 2
+
+
+def min_rows(op_class: str) -> int:
+    """Rows a fit of ``op_class`` needs (per world size for collectives)."""
+    if op_class in ops.COLLECTIVE_CLASSES:
+        return ALPHA_BETA_PARAMETERS + 1
+    return ROOFLINE_PARAMETERS + 1
+
+
+def _form(op_class: str) -> str:
+    if op_class in ops.COLLECTIVE_CLASSES:
+        return f"its {ALPHA_BETA_PARAMETERS}-parameter alpha-beta fit"
+    return f"its {ROOFLINE_PARAMETERS}-parameter roofline fit"
+
+
+def check_rows(m: MeasuredOps, file: str | Path) -> None:
+    """Enough rows to fit ``m``'s op class (``min_rows``), else a SpecError on ``file``."""
+    need = min_rows(m.op_class)
+    if m.op_class in ops.COLLECTIVE_CLASSES:
+        for n in np.unique(m.rows.world_size):
+            have = int(np.sum(m.rows.world_size == n))
+            if n > 1 and have < need:
+                raise SpecError(
+                    file, "(rows)", f"{m.op_class} at world size {int(n)} has {have} row"
+                    f"{'s' if have != 1 else ''}; {_form(m.op_class)} needs at least {need}",
+                )  # fmt: skip
+        return
+    have = len(m.rows)
+    if have < need:
+        raise SpecError(
+            file, "(rows)", f"{m.op_class} has {have} row{'s' if have != 1 else ''};"
+            f" {_form(m.op_class)} needs at least {need} rows",
+        )  # fmt: skip
+
+
+def check_folds(m: MeasuredOps, folds: int, source: str = "(arguments)") -> None:
+    """k-fold cross-validation of ``m``: at most one fold per row, and every training set
+    (the rows of the other folds) large enough to fit (``min_rows``)."""
+    n = len(m.rows)
+    if folds > n:
+        raise SpecError(
+            source, "folds", f"{folds} folds for {n} {m.op_class} rows: folds must not exceed"
+            " the rows (each fold holds out at least one)",
+        )  # fmt: skip
+    train = n - -(-n // folds)  # the largest fold held out
+    need = min_rows(m.op_class)
+    if m.op_class not in ops.COLLECTIVE_CLASSES and train < need:
+        raise SpecError(
+            source, "folds", f"{folds} folds of {n} {m.op_class} rows leave {train} rows to fit;"
+            f" {_form(m.op_class)} needs at least {need} (fewer folds, or more rows)",
+        )  # fmt: skip
+
+
 def shape_tables(m: MeasuredOps) -> list[ShapeTable]:
     """One table per measured (n, k, weight format) with at least two distinct m: the median
     latency at each m, sorted by m (``LatencyModels.table_ratio`` corrects the fit with it)."""

@@ -11,7 +11,7 @@ roofline / alpha-beta prior).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,8 +55,24 @@ OP_COLUMNS: dict[str, tuple[str, ...]] = {
     "alltoall": ("bytes", "world_size"),
 }
 DEFAULTS: dict[str, dict[str, float]] = {"moe": {"ep": 1.0, "tp": 1.0}}
-# Columns that divide: must be > 0, not just >= 0.
-POSITIVE_COLUMNS = frozenset({"num_experts", "ep", "tp", "world_size", "topk"})
+# Columns that count something (tokens, heads, experts, ranks, matrix dimensions): integers.
+# ``bytes`` (per rank), ``elements`` (per rank, after a TP split) and ``bytes_per_elem``
+# (0.5 for FP4) may be fractional.
+INTEGER_COLUMNS = frozenset(
+    {"m", "n", "k", "num_tokens", "hidden", "inter", "num_experts", "topk", "ep", "tp",
+     "batch", "ctx_len", "seq_len", "prefix_len", "num_heads", "num_kv_heads", "head_dim",
+     "world_size", "n_reps"}
+)  # fmt: skip
+# Columns that must be > 0, not just >= 0 (a shape of zero heads or a zero GEMM dimension is
+# no op; the counts divide); cached context (ctx_len, prefix_len) may be 0.
+POSITIVE_COLUMNS = frozenset(
+    {"m", "n", "k", "num_tokens", "hidden", "inter", "num_experts", "topk", "ep", "tp",
+     "batch", "seq_len", "num_heads", "num_kv_heads", "head_dim", "world_size", "elements",
+     "bytes_per_elem"}
+)  # fmt: skip
+# GPUs a collective over the host link (a card without a scale-up fabric) spans: the cards
+# of one server (8 in the PCIe servers the profiles assume, e.g. d270's host_dram note)
+PCIE_SERVER_CARDS = 8
 KV_DTYPE_OPS = frozenset({"mla_decode", "mla_prefill", "attn_decode"})  # kv_dtype required
 WEIGHT_DTYPE_OPS = frozenset({"gemm", "moe"})  # dtype = weight format, required
 ACTIVATION_DTYPES = ("bf16", "fp16")
@@ -146,14 +162,67 @@ def numeric_column(
     bad = ~empty & ~np.isfinite(vals)
     if bad.any():
         i = int(np.argmax(bad))
-        raise SpecError(file, _where(int(rows[i]), column), f"not a number: {raw[i]!r}")
+        raise SpecError(file, _where(int(rows[i]), column), f"not a finite number: {str(raw[i])!r}")
     vals = np.where(empty, default if default is not None else np.nan, vals)
     low = vals <= 0 if positive else vals < 0
     if low.any():
         i = int(np.argmax(low))
         bound = "> 0" if positive else ">= 0"
         raise SpecError(file, _where(int(rows[i]), column), f"must be {bound}, got {raw[i]}")
+    if column in INTEGER_COLUMNS:
+        fraction = vals != np.round(vals)
+        if fraction.any():
+            i = int(np.argmax(fraction))
+            raise SpecError(
+                file, _where(int(rows[i]), column), f"must be an integer (a count), got {raw[i]}"
+            )
     return vals
+
+
+def check_shapes(cls: str, c: dict[str, Array], rows: NDArray[np.intp], file: str | Path) -> None:
+    """Cross-column checks of one op class's rows: what a kernel of that shape needs."""
+
+    def first(bad: NDArray[np.bool_], column: str, reason: Callable[[int], str]) -> None:
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise SpecError(file, _where(int(rows[i]), column), reason(i))
+
+    if cls == "moe":
+        e, topk, ep = c["num_experts"], c["topk"], c["ep"]
+        first(topk > e, "topk", lambda i: f"{_int(topk[i])} exceeds num_experts {_int(e[i])}"
+              " (each token picks topk distinct experts)")  # fmt: skip
+        first(ep > e, "ep", lambda i: f"{_int(ep[i])} exceeds num_experts {_int(e[i])}"
+              " (every EP rank holds at least one expert)")  # fmt: skip
+    if cls in ("attn_decode", "attn_prefill"):
+        h, kv = c["num_heads"], c["num_kv_heads"]
+        first(h % kv != 0, "num_heads", lambda i: f"{_int(h[i])} is not a multiple of"
+              f" num_kv_heads {_int(kv[i])} (grouped-query attention)")  # fmt: skip
+
+
+def check_world_sizes(
+    op: NDArray[np.str_], world: Array, profile: HardwareProfile, file: str | Path
+) -> None:
+    """Collectives priced on ``profile`` span at most its scale-up domain: the alpha-beta
+    models are those of the scale-up link (NVLink, xGMI), a bigger world crosses the
+    scale-out network, which no model here prices. A card without a fabric (PCIe only) is
+    priced over its host link, among the cards of one server (``PCIE_SERVER_CARDS``)."""
+    if profile.scale_up is not None:
+        domain, what = profile.scale_up.domain_size, "the scale-up domain"
+    else:
+        domain, what = PCIE_SERVER_CARDS, "the cards of one PCIe server"
+    bad = np.isin(op, list(ops.COLLECTIVE_CLASSES)) & (world > domain)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SpecError(
+            file,
+            _where(i, "world_size"),
+            f"{_int(world[i])} exceeds {what} of {profile.name} ({domain} GPUs): beyond it a"
+            " collective crosses the scale-out network, which the planner does not price",
+        )
+
+
+def _int(x: float) -> str:
+    return f"{int(x)}" if float(x).is_integer() else f"{x:g}"
 
 
 def _string_column(
@@ -181,7 +250,7 @@ def _string_column(
         raise SpecError(
             file,
             _where(int(rows[i]), column),
-            f"unknown {column} {raw[i]!r} for {what}; known: {', '.join(allowed)}",
+            f"unknown {column} {str(raw[i])!r} for {what}; known: {', '.join(allowed)}",
         )
     return raw
 
@@ -200,7 +269,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
     if unknown.any():
         i = int(np.argmax(unknown))
         raise SpecError(
-            file, _where(i, "op"), f"unknown op {op[i]!r}; known: {', '.join(OP_COLUMNS)}"
+            file, _where(i, "op"), f"unknown op {str(op[i])!r}; known: {', '.join(OP_COLUMNS)}"
         )
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
@@ -223,6 +292,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
             for col in OP_COLUMNS[cls]
         }
         columns[cls] = c
+        check_shapes(cls, c, rows, file)
         if cls in ops.COLLECTIVE_CLASSES:
             nbytes[rows], world[rows] = c["bytes"], c["world_size"]
             continue
@@ -348,6 +418,7 @@ def predict_table(
     from simulator.measured.lookup import MEASURED
 
     rows = op_rows(df, profile, file)
+    check_world_sizes(rows.op, rows.world_size, profile, file)
     seconds, source, extrapolated = predict_seconds(rows, models)
     if models.tables is not None:
         t_sec, status = table_seconds(df, rows.op, rows.columns, models.tables, models.calibrated)

@@ -70,7 +70,6 @@ def runs_table(
             price = prices.get(cand.device)
             tput = r["throughput_tok_per_s_per_gpu"]
             out_tput = r["output_tok_per_s_per_gpu"]
-            r["interactivity_p90"]
             ok = passes(slo, reps)
             spec = cand.knobs["speculative"]
             disagg = cand.knobs.get("disaggregation")
@@ -139,7 +138,7 @@ def _per_usd(tput: float | None, price: float | None) -> float | None:
 
 
 def _dollars(
-    price: float | None, tput: float, out_tput: float, gpus: int, users: int
+    price: float | None, tput: float, out_tput: float, gpus: int, users: int | None
 ) -> dict[str, float | None]:
     """What a buyer reads: output tokens per USD, USD per million output tokens (and per
     million total tokens), USD per deployment-hour and per user-hour at this load."""
@@ -174,7 +173,9 @@ POOL_COLUMNS = (
 def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration, its operating point: the max-load search's point where it ran one
     (``operating_point``), else its best SLO-meeting run of the grid (configurations that
-    never meet the SLO drop)."""
+    never meet the SLO drop). No runs (every configuration pruned): no points."""
+    if runs.empty or "slo_met" not in runs.columns:
+        return runs.iloc[0:0]
     ok = runs[runs.slo_met]
     if "operating_point" in runs.columns:
         ok = ok[ok.operating_point.astype(bool)]
@@ -300,6 +301,8 @@ def pruned_table(pruned: list[Pruned]) -> pd.DataFrame:
 def frontier(runs: pd.DataFrame) -> pd.DataFrame:
     """The throughput-per-GPU vs P90-interactivity envelope of ``runs`` (Pareto: no other run
     is at least as interactive with more throughput), ordered by interactivity."""
+    if runs.empty or "interactivity_p90" not in runs.columns:
+        return runs.iloc[0:0]
     pts = runs.dropna(subset=["interactivity_p90"]).sort_values(
         ["interactivity_p90", "throughput_tok_per_s_per_gpu"], ascending=[False, False]
     )

@@ -43,8 +43,8 @@ def run_search(
 ) -> SearchResult:
     if space.search == "grid":
         scenarios = replicate_scenarios(space, candidates)
-        results = run_batch(scenarios)
-        return SearchResult(runs_table(space, candidates, results), results, [])
+        grid = run_batch(scenarios)
+        return SearchResult(runs_table(space, candidates, grid), grid, [])
     results: dict[str, dict[str, Any]] = {}
 
     def run(batch: list[Scenario]) -> dict[str, dict[str, Any]]:

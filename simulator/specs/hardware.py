@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
@@ -12,18 +12,26 @@ from pydantic import (
     field_validator,
 )
 
-from simulator.specs.frozen import Frozen
+from simulator.specs import limits
+from simulator.specs.frozen import Spec
+from simulator.specs.limits import at_most
 from simulator.specs.precision import ComputeDtype
+
+_UNITS = "a unit mix-up? (bounds: simulator/specs/limits.py)"
+Flops = Annotated[PositiveFloat, at_most(limits.MAX_PEAK_FLOPS_PER_S, _UNITS)]
+MemoryBytes = Annotated[PositiveFloat, at_most(limits.MAX_MEMORY_BYTES, _UNITS)]
+LinkBandwidth = Annotated[PositiveFloat, at_most(limits.MAX_LINK_BW_BYTES_PER_S, _UNITS)]
+Seconds = Annotated[float, Field(ge=0), at_most(limits.MAX_LATENCY_S, _UNITS)]
 
 LinkKind = Literal["nvlink", "xgmi", "pcie", "nvlink_c2c", "ethernet", "infiniband"]
 
 
-class PeakFlops(Frozen):
+class PeakFlops(Spec):
     """Dense (no sparsity) peak FLOP/s per compute dtype; None where the chip lacks the format."""
 
-    bf16: PositiveFloat
-    fp8: PositiveFloat | None = None
-    fp4: PositiveFloat | None = None
+    bf16: Flops
+    fp8: Flops | None = None
+    fp4: Flops | None = None
 
     def for_dtype(self, dtype: ComputeDtype) -> float:
         """Peak for ``dtype``; a chip without tensor cores for it runs the weights as
@@ -33,17 +41,18 @@ class PeakFlops(Frozen):
         return value if value is not None else self.bf16
 
 
-class Link(Frozen):
+class Link(Spec):
     kind: LinkKind
-    bw_bytes_per_s: PositiveFloat  # per GPU, per direction
-    latency_s: float = Field(ge=0)
+    bw_bytes_per_s: LinkBandwidth  # per GPU, per direction
+    latency_s: Seconds
 
 
 class ScaleUpLink(Link):
-    domain_size: PositiveInt  # GPUs reachable over this link (8 in an HGX box, 72 in NVL72)
+    # GPUs reachable over this link (8 in an HGX box, 72 in NVL72)
+    domain_size: Annotated[PositiveInt, at_most(limits.MAX_DOMAIN_GPUS, _UNITS)]
 
 
-class RooflinePriors(Frozen):
+class RooflinePriors(Spec):
     """Named efficiencies and fixed costs of the roofline prior (used until calibrated).
 
     Latency of an op = max(flops / (peak * compute_eff), bytes / (bw * memory_efficiency))
@@ -54,14 +63,14 @@ class RooflinePriors(Frozen):
     attention_compute_efficiency: float = Field(gt=0, le=1)
     memory_efficiency: float = Field(gt=0, le=1)
     link_efficiency: float = Field(gt=0, le=1)  # collectives: achieved / peak link bandwidth
-    kernel_launch_s: float = Field(ge=0)
+    kernel_launch_s: Seconds
     # CPU work of one engine step (scheduler + input preparation), overlapped with the GPU by
     # async scheduling: a step takes max(GPU, base + per request x requests scheduled)
-    cpu_step_overhead_s: float = Field(ge=0)
-    cpu_step_per_request_s: float = Field(default=0.0, ge=0)
+    cpu_step_overhead_s: Seconds
+    cpu_step_per_request_s: Seconds = 0.0
     # from the end of a step to the client holding its tokens (device-to-host copy, output
     # processing, detokenisation and streaming; async scheduling runs the next step meanwhile)
-    output_delay_s: float = Field(default=0.0, ge=0)
+    output_delay_s: Seconds = 0.0
 
 
 SOURCED_FIELDS = (
@@ -77,7 +86,7 @@ SOURCED_FIELDS = (
 )
 
 
-class HardwareProfile(Frozen):
+class HardwareProfile(Spec):
     name: str = Field(min_length=1)  # short id, equals the folder name
     display_name: str
     vendor: Literal["nvidia", "amd", "intel"]
@@ -88,13 +97,17 @@ class HardwareProfile(Frozen):
     # this device, e.g. h200_sxm; None: no public tables (latencies transferred or priors)
     measured_tables: str | None = None
     peak_flops_per_s: PeakFlops
-    memory_bytes: PositiveFloat  # nominal (datasheet) device memory
-    usable_memory_bytes: PositiveFloat  # what the runtime reports as total (vLLM's base)
-    memory_bw_bytes_per_s: PositiveFloat
+    memory_bytes: MemoryBytes  # nominal (datasheet) device memory
+    usable_memory_bytes: MemoryBytes  # what the runtime reports as total (vLLM's base)
+    memory_bw_bytes_per_s: Annotated[
+        PositiveFloat, at_most(limits.MAX_MEMORY_BW_BYTES_PER_S, _UNITS)
+    ]
     scale_up: ScaleUpLink | None  # None: PCIe card without a GPU-to-GPU fabric
     host_link: Link
-    host_dram_bytes_per_gpu: PositiveFloat
-    power_w: PositiveFloat
+    host_dram_bytes_per_gpu: Annotated[
+        PositiveFloat, at_most(limits.MAX_HOST_DRAM_BYTES_PER_GPU, _UNITS)
+    ]
+    power_w: Annotated[PositiveFloat, at_most(limits.MAX_POWER_W, _UNITS)]
     roofline: RooflinePriors
     sources: dict[str, str]  # field name -> where its number comes from
 
@@ -122,7 +135,7 @@ class HardwareProfile(Frozen):
         return usable
 
 
-class CostModel(Frozen):
+class CostModel(Spec):
     """A named price list: USD per GPU-hour by device (kept as data, never as constants)."""
 
     name: str = Field(min_length=1)
@@ -140,5 +153,5 @@ class CostModel(Frozen):
         return self.usd_per_gpu_hour[device]
 
 
-class CostModelCatalog(Frozen):
+class CostModelCatalog(Spec):
     cost_models: list[CostModel]

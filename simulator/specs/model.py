@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from simulator.specs.frozen import Frozen
+from simulator.specs.frozen import Spec
 from simulator.specs.precision import StateDtype, WeightPrecision
 
 # Token mixer of a layer.
@@ -53,7 +53,7 @@ MODULE_GROUPS: tuple[ModuleGroup, ...] = (
 )
 
 
-class MLAConfig(Frozen):
+class MLAConfig(Spec):
     """Multi-head latent attention. KV cache holds kv_lora_rank + qk_rope_head_dim per token."""
 
     num_heads: PositiveInt
@@ -65,7 +65,7 @@ class MLAConfig(Frozen):
     output_gate: bool = False  # Kimi K3 mla_use_output_gate: sigmoid(W x) gates the heads
 
 
-class GQAConfig(Frozen):
+class GQAConfig(Spec):
     """Softmax attention with grouped KV heads (full, sliding-window or block-sparse layers)."""
 
     num_heads: PositiveInt
@@ -88,7 +88,7 @@ class GQAConfig(Frozen):
         return self
 
 
-class LinearAttentionConfig(Frozen):
+class LinearAttentionConfig(Spec):
     """KDA or gated-DeltaNet layer: a short causal conv plus a (num_v_heads, dk, dv) state."""
 
     kind: Literal["kda", "gdn"]
@@ -106,7 +106,7 @@ class LinearAttentionConfig(Frozen):
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
 
 
-class MoEConfig(Frozen):
+class MoEConfig(Spec):
     """Routed experts (+ shared experts); latent MoE when routed_hidden_size is set."""
 
     num_experts: PositiveInt
@@ -123,7 +123,7 @@ class MoEConfig(Frozen):
         return self
 
 
-class LayerLayout(Frozen):
+class LayerLayout(Spec):
     """Which 1-based layers have which token mixer and which MLP."""
 
     count: PositiveInt
@@ -147,7 +147,7 @@ class LayerLayout(Frozen):
         return self
 
 
-class PublishedSize(Frozen):
+class PublishedSize(Spec):
     """Published parameter counts, used to check the card's own accounting."""
 
     total_params: float = Field(gt=0)
@@ -155,7 +155,7 @@ class PublishedSize(Frozen):
     source: str
 
 
-class ModelCard(Frozen):
+class ModelCard(Spec):
     name: str = Field(min_length=1)
     hf_id: str
     source: str  # which config.json the numbers come from

@@ -13,11 +13,34 @@ from pydantic import (
     model_validator,
 )
 
-from simulator.specs.frozen import Frozen
+from simulator.specs import limits
+from simulator.specs.frozen import Spec
+from simulator.specs.limits import at_most
 from simulator.specs.serving import ServingConfig
 
+Sessions = Annotated[
+    PositiveInt,
+    at_most(limits.MAX_GENERATED_SESSIONS, "sessions of a built-in generator (a longer run is"
+            " no planning input but hours of generation)"),
+]  # fmt: skip
+Tokens = Annotated[
+    PositiveInt,
+    at_most(limits.MAX_GENERATED_TOKENS, "tokens (10x the longest context of any card)"),
+]
 
-class _Replay(Frozen):
+
+def known_cost_model(name: str) -> str:
+    """``name`` if the catalog has it (the scenario's field is named in the error, not the
+    command line's)."""
+    from simulator import catalog  # the catalog reads specs: imported when first used
+
+    models = catalog.cost_models()
+    if name not in models:
+        raise ValueError(f"unknown cost model {name!r}; known: {', '.join(models)}")
+    return name
+
+
+class _Replay(Spec):
     """How sessions are replayed: closed loop (``concurrency`` users running sessions back to
     back), Poisson session arrivals (``session_rate_per_s``), or (traces only, neither given)
     open loop on the trace timestamps. Think times are multiplied by ``think_time_scale`` and
@@ -36,7 +59,7 @@ class _Replay(Frozen):
 
 
 class _Generated(_Replay):
-    sessions: PositiveInt = 200
+    sessions: Sessions = 200
 
     @model_validator(mode="after")
     def _needs_mode(self) -> Self:
@@ -47,7 +70,7 @@ class _Generated(_Replay):
         return self
 
 
-class RandomPromptWorkload(Frozen):
+class RandomPromptWorkload(Spec):
     """InferenceX-style random prompts: lengths uniform integers in [floor(x*r), x] for the
     ISL and the OSL (``sample_random_requests`` of the benchmark_serving.py InferenceMAX v1 ran,
     ``--random-range-ratio 0.8``), no prefix reuse.
@@ -57,10 +80,13 @@ class RandomPromptWorkload(Frozen):
     """
 
     kind: Literal["random"] = "random"
-    input_tokens: PositiveInt
-    output_tokens: PositiveInt
+    input_tokens: Tokens
+    output_tokens: Tokens
     range_ratio: float = Field(default=0.8, ge=0, le=1)
-    num_requests: PositiveInt
+    num_requests: Annotated[
+        PositiveInt,
+        at_most(limits.MAX_GENERATED_REQUESTS, "requests of the random generator"),
+    ]
     request_rate_per_s: PositiveFloat | None = None  # None: closed loop
     concurrency: PositiveInt | None = None
 
@@ -107,7 +133,7 @@ WorkloadSpec = Annotated[
 ]
 
 
-class SLO(Frozen):
+class SLO(Spec):
     interactivity_tok_per_s_p90: PositiveFloat | None = None  # 1 / P90 ITL
     ttft_s_p90: PositiveFloat | None = None
 
@@ -133,7 +159,7 @@ DEFAULT_LINK_BW_BYTES_PER_S = 50e9
 DEFAULT_LINK_LATENCY_S = 1e-5
 
 
-class Disaggregation(Frozen):
+class Disaggregation(Spec):
     """Prefill/decode disaggregation (xPyD, vLLM ``NixlConnector`` pull mode; vllm_mechanics 9).
 
     ``prefill_replicas`` + ``decode_replicas`` replicas of ``serving.tp`` GPUs each (they
@@ -157,6 +183,16 @@ class Disaggregation(Frozen):
     link_bw_bytes_per_s: PositiveFloat = DEFAULT_LINK_BW_BYTES_PER_S
     link_latency_s: float = Field(default=DEFAULT_LINK_LATENCY_S, ge=0)
 
+    @model_validator(mode="after")
+    def _replicas_bounded(self) -> Self:
+        if self.replicas > limits.MAX_REPLICAS:
+            raise ValueError(
+                f"prefill_replicas + decode_replicas = {self.replicas:,} exceeds"
+                f" {limits.MAX_REPLICAS:,} replicas per simulated deployment (each is"
+                " simulated; size a bigger fleet with demand_users)"
+            )
+        return self
+
     @property
     def label(self) -> str:
         """``1P1D``, ``2P1D send-back``, ``1P1D send-back P-cache`` ..."""
@@ -172,7 +208,7 @@ class Disaggregation(Frozen):
         return self.prefill_replicas + self.decode_replicas
 
 
-class Scenario(Frozen):
+class Scenario(Spec):
     name: str = Field(min_length=1)
     model: str  # a model card name or a path to a card YAML
     device: str  # a hardware profile name or a path to a profile YAML
@@ -180,7 +216,7 @@ class Scenario(Frozen):
     workload: WorkloadSpec
     slo: SLO = SLO()
     cost_model: str = "semianalysis_tco_neocloud"
-    seed: int = 0
+    seed: limits.Seed = 0
     duration_s: PositiveFloat | None = None  # None: until the workload is exhausted
     warmup_s: float = Field(default=0.0, ge=0)  # requests arriving earlier are not measured
     # how data-parallel replicas share requests (with disaggregation: within each pool)
@@ -206,6 +242,11 @@ class Scenario(Frozen):
                 " set prefill_prefix_caching true or drop cpu_offload_bytes"
             )
         return d
+
+    @field_validator("cost_model")
+    @classmethod
+    def _known_cost_model(cls, name: str) -> str:
+        return known_cost_model(name)
 
     @field_validator("warmup_s")
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
@@ -13,14 +13,15 @@ from pydantic import (
     model_validator,
 )
 
-from simulator.specs.frozen import Frozen
+from simulator.specs.frozen import Spec
+from simulator.specs.limits import MAX_REPLICAS, VLLM_BLOCK_SIZES, at_most
 from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import KvCacheDtype, StateDtype, WeightPrecision
 
 GIB = 1 << 30
 
 
-class SpeculativeConfig(Frozen):
+class SpeculativeConfig(Spec):
     method: Literal["mtp", "eagle", "draft_model", "ngram"]
     num_speculative_tokens: PositiveInt
     # i.i.d. per-token acceptance a, or the mean accepted length per step; one of the two
@@ -39,11 +40,19 @@ class SpeculativeConfig(Frozen):
         return self
 
 
-class ServingConfig(Frozen):
+class ServingConfig(Spec):
     """One replica = tp GPUs (DCP reuses the TP ranks); dp replicas; EP spans tp x dp GPUs."""
 
     tp: PositiveInt = 1
-    dp: PositiveInt = 1
+    # replicas, each simulated: at most MAX_REPLICAS (simulator/specs/limits.py)
+    dp: Annotated[
+        PositiveInt,
+        at_most(
+            MAX_REPLICAS,
+            "replicas per simulated deployment (each is simulated; size a bigger fleet"
+            " with demand_users)",
+        ),
+    ] = 1
     ep: PositiveInt = 1  # 1 = experts TP-sharded; tp*dp = vLLM --enable-expert-parallel
     dcp: PositiveInt = 1  # decode context parallel, must divide tp
     dcp_interleave_tokens: PositiveInt = 1  # --cp-kv-cache-interleave-size
@@ -83,6 +92,17 @@ class ServingConfig(Frozen):
     # ... and the prefill side recomputes instead of pulling them back when
     # 0 < tokens to pull < this (``kv_recompute_threshold``, default 64 tokens)
     kv_recompute_threshold_tokens: int = Field(default=64, ge=0)
+
+    @field_validator("block_size_tokens")
+    @classmethod
+    def _vllm_block_size(cls, block: int) -> int:
+        if block not in VLLM_BLOCK_SIZES:
+            sizes = ", ".join(map(str, VLLM_BLOCK_SIZES))
+            raise ValueError(
+                f"must be one of vLLM's block sizes {sizes} (CacheConfig.BlockSize: a power of"
+                f" two up to 256; hybrid models then raise it to align pages), got {block}"
+            )
+        return block
 
     @field_validator("ep")
     @classmethod

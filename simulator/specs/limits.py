@@ -1,0 +1,78 @@
+"""Sane bounds on the numbers a user writes, each with the reason it is where it is.
+
+Every spec number is finite (``Spec``, ``simulator/specs/frozen.py``); these are the upper
+bounds on top. They are far above anything real (so no real deployment meets them) and far
+below what makes the planner hang or answer nonsense.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+# Replicas of one simulated deployment (serving.dp, or prefill + decode replicas). Each one is
+# simulated (its own scheduler and block pool: ~20 ms of set-up per replica on one core, so
+# 100,000 replicas took half an hour before the first step); a bigger fleet is N copies of a
+# deployment, which the search sizes without simulating them (demand_users).
+MAX_REPLICAS = 1024
+# Simulations one `plan search` runs unless --max-runs raises it (a few seconds each: 20,000
+# is a night on a laptop; the Kimi K3 demo search runs 432 at most).
+MAX_SEARCH_RUNS = 20_000
+# Sessions (requests, for `random`) a built-in generator makes: 10^6 agentic sessions are
+# ~70 M requests, already hours of generation at ~10,000 requests/s.
+MAX_GENERATED_SESSIONS = 1_000_000
+MAX_GENERATED_REQUESTS = 10_000_000
+# Tokens of one generated prompt or output: 10x the longest context of any card (1 M tokens).
+MAX_GENERATED_TOKENS = 10_000_000
+# vLLM's block sizes (vllm/config/cache.py: ``BlockSize = Literal[1, 8, 16, 32, 64, 128,
+# 256]``, powers of two up to 256); hybrid models then raise the block to align pages
+# (``_align_hybrid_block_size``, simulator/memory.py).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+# Hardware profiles: about 30-100x the largest part shipping or announced, so a unit mix-up
+# (GB for B, ms for s, bits for bytes) is caught and no real part is.
+MAX_PEAK_FLOPS_PER_S = 1e18  # B300 dense FP4: 1.5e16
+MAX_MEMORY_BYTES = 1e13  # MI355X: 3.1e11 (288 GiB)
+MAX_MEMORY_BW_BYTES_PER_S = 1e15  # MI355X / B300: 8e12
+MAX_LINK_BW_BYTES_PER_S = 1e14  # NVLink 5: 9e11 per direction
+MAX_LATENCY_S = 1.0  # every link and kernel latency of the profiles is below 1e-4 s
+MAX_HOST_DRAM_BYTES_PER_GPU = 1e14  # GB300: 2.4e11 per GPU
+MAX_POWER_W = 1e5  # B300: 1,400 W
+MAX_DOMAIN_GPUS = 100_000  # NVL576 (Rubin Ultra) is the largest announced scale-up domain
+
+
+def at_most(bound: float, why: str) -> AfterValidator:
+    """A field validator: ``value <= bound`` (None passes), else ``'{value} exceeds {bound}:
+    {why}'``."""
+
+    def check(value: Any) -> Any:
+        if value is not None and value > bound:
+            raise ValueError(f"{_num(value)} exceeds {_num(bound)}: {why}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _non_negative_seed(value: int) -> int:
+    if value < 0:
+        raise ValueError(f"must be >= 0 (numpy seeds are non-negative), got {value}")
+    return value
+
+
+# a seed of a spec: numpy's generators take non-negative integers only
+Seed = Annotated[int, AfterValidator(_non_negative_seed)]
+
+
+def check_seed(value: int, file: str = "(arguments)", field: str = "seed") -> int:
+    """A seed from the command line: the SpecError of ``Seed``."""
+    from simulator.specs.loading import SpecError
+
+    try:
+        return _non_negative_seed(value)
+    except ValueError as exc:
+        raise SpecError(file, field, str(exc)) from None
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:.4g}"
