@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -40,8 +42,13 @@ DeviceOpt = Annotated[
     str, typer.Option("--device-name", help="Profile name: hardware_profiles/<NAME>/.")
 ]
 ProfilesOpt = Annotated[
-    Path,
-    typer.Option(help="Folder holding <NAME>/profile.yaml (default: the built-in profiles)."),
+    Path | None,
+    typer.Option(
+        help="Folder holding <NAME>/profile.yaml, where measurements and fits are written"
+        " (default: profiles/ of the user data folder, $PLAN_HOME or"
+        " ~/.local/share/hybrid-capacity-planner, never the installed package; a built-in"
+        " device's profile.yaml is copied there on first use)."
+    ),
 ]
 SmokeOpt = Annotated[
     bool, typer.Option("--smoke", help="A small grid (one model, two points per op), ~2 min.")
@@ -64,10 +71,25 @@ TpOpt = Annotated[
 ]
 
 
-def _device_dir(name: str, profiles_dir: Path) -> Path:
+def _device_dir(name: str, profiles_dir: Path | None) -> Path:
+    """``profiles_dir/NAME``; by default the user's data folder's, seeded with the built-in
+    profile of NAME (so that measurements, the fit and ``calibrated: true`` go there, not
+    into the installed package)."""
     if not name or "/" in name or name.startswith("."):
         raise SpecError("(arguments)", "device-name", f"{name!r} is not a folder name")
-    return profiles_dir / name
+    if profiles_dir is not None:
+        return profiles_dir / name
+    from simulator.userdata import user_device_dir
+
+    device_dir = user_device_dir(name)
+    builtin = PROFILES_DIR / name / "profile.yaml"
+    if not (device_dir / "profile.yaml").exists() and builtin.is_file():
+        try:
+            device_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(builtin, device_dir / "profile.yaml")
+        except OSError as exc:
+            raise SpecError(device_dir, "(folder)", f"cannot create: {exc.strerror}") from None
+    return device_dir
 
 
 def _profile(device_dir: Path) -> HardwareProfile:
@@ -75,8 +97,9 @@ def _profile(device_dir: Path) -> HardwareProfile:
     if not path.exists():
         raise SpecError(
             path, "(file)",
-            "no such profile: create it first (copy the nearest one, e.g. `cp -r"
-            " hardware_profiles/h200 hardware_profiles/NAME`, and edit its numbers and sources)",
+            "no such profile: create it first (copy the nearest one, e.g. `mkdir -p"
+            f" {device_dir} && cp hardware_profiles/h200/profile.yaml {device_dir}/`, and edit"
+            " its name, numbers and sources)",
         )  # fmt: skip
     profile = load(HardwareProfile, path)
     if profile.name != device_dir.name:
@@ -144,7 +167,7 @@ class _Progress:
 
 def measure_device(
     device_name: str,
-    profiles_dir: Path,
+    profiles_dir: Path | None,
     smoke: bool,
     budget_s: float | None,
     models: list[str] | None,
@@ -153,14 +176,13 @@ def measure_device(
     retry_failed: bool,
     allow_cpu: bool,
 ) -> RunResult:
-    from kernels_calibration import bench, collectives, harness, shapes, timing
-
+    budget = budget_s if budget_s is not None else SMOKE_BUDGET_S if smoke else FULL_BUDGET_S
+    if not math.isfinite(budget) or budget <= 0:
+        raise SpecError("(arguments)", "budget-s", f"must be a finite number > 0, got {budget}")
     device_dir = _device_dir(device_name, profiles_dir)
     profile = _profile(device_dir)
-    device = _torch_device(allow_cpu)
-    budget = budget_s if budget_s is not None else SMOKE_BUDGET_S if smoke else FULL_BUDGET_S
-    if budget <= 0:
-        raise SpecError("(arguments)", "budget-s", f"must be > 0, got {budget}")
+    device = _torch_device(allow_cpu)  # before the modules that import torch: a clear line
+    from kernels_calibration import bench, collectives, harness, shapes, timing
     names = models or (list(SMOKE_MODELS) if smoke else catalog.model_names())
     cards = [catalog.model_card(n) for n in names]
     tp_list = tps or ([8] if smoke else [1, 8])
@@ -235,7 +257,7 @@ def measure(
     budget_s: BudgetOpt = None,
     model: ModelOpt = None,
     tp: TpOpt = None,
-    profiles_dir: ProfilesOpt = PROFILES_DIR,
+    profiles_dir: ProfilesOpt = None,
     fresh: Annotated[bool, typer.Option(help="Delete this device's measurements first.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Retry jobs listed in failures.csv.")] = False,
     allow_cpu: Annotated[
@@ -246,7 +268,7 @@ def measure(
         ),
     ] = False,
 ) -> None:
-    """Time the kernels on this machine's GPU into hardware_profiles/NAME/measurements/."""
+    """Time the kernels on this machine's GPU into NAME/measurements/ of --profiles-dir."""
     r = measure_device(device_name, profiles_dir, smoke, budget_s, model, tp, fresh,
                        retry_failed, allow_cpu)  # fmt: skip
     _print_run(r)
@@ -262,7 +284,7 @@ def _print_run(r: RunResult) -> None:
     )
 
 
-def fit_device(name: str, profiles_dir: Path, folds: int) -> Path:
+def fit_device(name: str, profiles_dir: Path | None, folds: int) -> Path:
     from simulator import calibration
 
     if folds < 2:
@@ -293,14 +315,14 @@ def fit_device(name: str, profiles_dir: Path, folds: int) -> Path:
 @command(app, "fit")
 def fit(
     name: Annotated[str, typer.Argument(help="Device profile name.")],
-    profiles_dir: ProfilesOpt = PROFILES_DIR,
+    profiles_dir: ProfilesOpt = None,
     folds: Annotated[int, typer.Option(help="k of the k-fold held-out error.")] = 5,
 ) -> None:
     """Fit one latency model per measured op class into NAME/latency_models.json."""
     fit_device(name, profiles_dir, folds)
 
 
-def report_device(name: str, profiles_dir: Path, out: Path | None) -> Path:
+def report_device(name: str, profiles_dir: Path | None, out: Path | None) -> Path:
     from simulator.calibration import report_html
 
     device_dir = _device_dir(name, profiles_dir)
@@ -316,7 +338,7 @@ def report_device(name: str, profiles_dir: Path, out: Path | None) -> Path:
 @command(app, "report")
 def report(
     name: Annotated[str, typer.Argument(help="Device profile name.")],
-    profiles_dir: ProfilesOpt = PROFILES_DIR,
+    profiles_dir: ProfilesOpt = None,
     out: Annotated[
         Path | None, typer.Option(help="HTML file (default out/calibration-NAME.html).")
     ] = None,
@@ -332,7 +354,7 @@ def run(
     budget_s: BudgetOpt = None,
     model: ModelOpt = None,
     tp: TpOpt = None,
-    profiles_dir: ProfilesOpt = PROFILES_DIR,
+    profiles_dir: ProfilesOpt = None,
     allow_cpu: Annotated[bool, typer.Option(help="As for `measure`.")] = False,
 ) -> None:
     """Measure, fit and report: calibrate a device in one command."""

@@ -17,7 +17,11 @@ def model_names() -> list[str]:
 
 
 def device_names() -> list[str]:
-    return sorted(p.parent.name for p in PROFILES_DIR.glob("*/profile.yaml"))
+    """Built-in devices and those in the user's data folder (``calibrate`` puts them there)."""
+    from simulator.userdata import user_profiles_dir
+
+    folders = (PROFILES_DIR, user_profiles_dir())
+    return sorted({p.parent.name for d in folders for p in d.glob("*/profile.yaml")})
 
 
 def _is_path(ref: str) -> bool:
@@ -39,10 +43,15 @@ def model_card(ref: str) -> ModelCard:
 
 @cache
 def hardware_profile(ref: str) -> HardwareProfile:
-    """A built-in profile by name (``mi355x``) or a profile YAML by path."""
+    """A profile by name (``mi355x``: the user's data folder's ``profiles/<name>/`` first,
+    where ``calibrate`` writes, then the built-in one) or a profile YAML by path."""
+    from simulator.userdata import user_device_dir
+
     if _is_path(ref):
         return load(HardwareProfile, ref)
-    path = PROFILES_DIR / ref / "profile.yaml"
+    path = user_device_dir(ref) / "profile.yaml"
+    if not path.is_file():
+        path = PROFILES_DIR / ref / "profile.yaml"
     if not path.exists():
         raise SpecError(
             "(arguments)", "device", f"unknown device {ref!r}; known: {', '.join(device_names())}"

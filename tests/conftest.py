@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,21 @@ from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=200)
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _user_data_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test (and the commands it starts) sees an empty user data folder, never the
+    developer's ~/.local/share/hybrid-capacity-planner: its profiles would shadow the built-in
+    ones, and tests must not write there."""
+    old = os.environ.get("PLAN_HOME")
+    os.environ["PLAN_HOME"] = str(tmp_path_factory.mktemp("plan-home"))
+    yield
+    if old is None:
+        os.environ.pop("PLAN_HOME", None)
+    else:
+        os.environ["PLAN_HOME"] = old
+
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -10,7 +10,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperCommand
 
+from simulator.outputs import abort_open
 from simulator.specs import SpecError
 
 GIB = float(1 << 30)
@@ -27,6 +29,56 @@ F = TypeVar("F", bound=Callable[..., None])
 def fail(message: str, code: int) -> NoReturn:
     typer.echo(message, err=True)
     raise typer.Exit(code)
+
+
+def _single_option(param: Any) -> bool:
+    return (
+        getattr(param, "param_type_name", "") == "option"
+        and not getattr(param, "multiple", False)
+        and not getattr(param, "count", False)
+        and not getattr(param, "is_eager", False)  # --help
+    )
+
+
+def repeated_options(command: Any, ctx: Any, args: list[str]) -> str | None:
+    """The message for an option that takes one value but is given more than once (click keeps
+    the last one silently), or None. List options (``multiple``) and counters may repeat."""
+    try:
+        parser = command.make_parser(ctx)
+        opts, _, order = parser.parse_args(args=list(args))
+    except Exception:  # a usage error: the real parse reports it
+        return None
+    counts: dict[str, int] = {}
+    for param in order:
+        if _single_option(param):
+            counts[param.name or ""] = counts.get(param.name or "", 0) + 1
+    for param in command.get_params(ctx):
+        n = counts.get(param.name or "", 0)
+        if n > 1:
+            names = (*param.opts, *param.secondary_opts)
+            given = [a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in names]
+            flags = " ".join(dict.fromkeys(given)) or param.opts[0]
+            value = opts.get(param.name or "")
+            last = (
+                "" if isinstance(value, bool) or value is None
+                else f" (the last, {value!r}, would win silently)"
+            )  # fmt: skip
+            name = param.opts[0].lstrip("-")
+            return f"error: (arguments): {name}: {flags} given {n} times{last}; give it once"
+    return None
+
+
+class OnceCommand(TyperCommand):
+    """A command whose single-value options may be given once: a repeated one is one
+    ``error:`` line and exit code 2, instead of the last value winning silently."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            message = repeated_options(self, ctx, args)
+            if message is not None:
+                typer.echo(message, err=True)
+                raise typer.Exit(2)
+        return super().parse_args(ctx, args)
 
 
 def command(group: typer.Typer, name: str) -> Callable[[F], F]:
@@ -47,8 +99,10 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
                 fail(
                     f"internal error: {type(exc).__name__}: {exc} (PLAN_DEBUG=1 for a traceback)", 1
                 )
+            finally:  # an output folder not swapped in: removed, the old one left as it was
+                abort_open()
 
-        group.command(name)(run)
+        group.command(name, cls=OnceCommand)(run)
         return func
 
     return register

@@ -11,10 +11,13 @@ from rich.table import Table
 from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, console, finite, make_typer, print_json
 from simulator.cli.memory import serving_from
+from simulator.outputs import OutputFolder, check_output_file, write_file
 from simulator.specs import (
     HardwareProfile,
     SpecError,
 )
+from simulator.specs.loading import check_dir, check_text_file
+from simulator.userdata import user_device_dir
 
 # ------------------------------------------------------------------------------------ step
 
@@ -175,6 +178,10 @@ def _measurement_tables(measurements: list[Path] | None, vidur: Path | None) -> 
     from simulator.cost.fit import load_measurements
     from simulator.cost.vidur import vidur_tables
 
+    for m in measurements or []:  # regular files, UTF-8, within the table limit
+        check_text_file(m)
+    if vidur is not None:
+        check_dir(vidur, "--vidur")
     tables = load_measurements(measurements or [])
     if vidur is not None:
         tables += vidur_tables(vidur)
@@ -206,8 +213,11 @@ def ops_predict(
     input_csv: Annotated[
         Path, typer.Option("--input", help="CSV of op shapes: op, dtype and shape columns.")
     ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the CSV here (default: stdout).")
+    ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", help="Write the CSV here (default: stdout).")
+        Path | None, typer.Option("--output", hidden=True, help="The old name of --out.")
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -215,12 +225,18 @@ def ops_predict(
     from simulator.cost.latency import LatencyModels
     from simulator.cost.predict import predict_table, read_table, records
 
+    if out is not None and output is not None:
+        raise SpecError("(arguments)", "out", "give --out or --output (its old name), not both")
+    output = out if out is not None else output
+    if output is not None:
+        check_output_file(output, "--out")
+    check_text_file(input_csv)
     profile = catalog.hardware_profile(device)
     table = predict_table(
         read_table(input_csv), profile, input_csv, LatencyModels.for_device(profile)
     )
     if output is not None:
-        table.to_csv(output, index=False)
+        write_file(output, table.to_csv(index=False))
         typer.echo(f"wrote {output} ({len(table)} rows)", err=True)
     elif as_json:
         print_json(records(table))
@@ -235,7 +251,10 @@ def fit(
     vidur: VidurOpt = None,
     out: Annotated[
         Path | None,
-        typer.Option(help="Output JSON (default hardware_profiles/<device>/latency_models.json)."),
+        typer.Option(
+            help="Output JSON (default: <user data>/profiles/<device>/latency_models.json, the"
+            " user data folder being $PLAN_HOME or ~/.local/share/hybrid-capacity-planner)."
+        ),
     ] = None,
     op_class: Annotated[
         list[str] | None,
@@ -249,11 +268,13 @@ def fit(
     ] = True,
 ) -> None:
     """Fit one latency model per op class to measurements; write latency_models.json."""
-    from hardware_profiles import PROFILES_DIR
-    from simulator.cost.fit import fit_op_class
+    from simulator.cost.fit import check_rows, fit_op_class
     from simulator.cost.latency import LatencyModelFile
 
     profile = catalog.hardware_profile(device)
+    # never into the installed package: the user's data folder unless --out says where
+    path = out or user_device_dir(profile.name) / "latency_models.json"
+    check_output_file(path, "--out")
     by_class = _measured_by_class(measurements, vidur, profile)
     if op_class:
         missing = sorted(set(op_class) - set(by_class))
@@ -262,6 +283,8 @@ def fit(
                 "(arguments)", "op_class", f"no measurements of {missing}; have {list(by_class)}"
             )
         by_class = {c: v for c, v in by_class.items() if c in op_class}
+    for m, files in by_class.values():  # enough rows for the parameters of each fit
+        check_rows(m, ", ".join(map(str, files)))
     models = [
         fit_op_class(cls, m, profile, files, shape_tables) for cls, (m, files) in by_class.items()
     ]
@@ -271,9 +294,7 @@ def fit(
         description=f"plan fit --device {profile.name} on {'; '.join(sources)}",
         models=models,
     )
-    path = out or PROFILES_DIR / profile.name / "latency_models.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc.model_dump_json(indent=2) + "\n")
+    write_file(path, doc.model_dump_json(indent=2) + "\n")
     t = Table(title=f"Fitted latency models for {profile.name} (training errors)")
     for col in ("op class", "form", "rows", "median APE %", "max APE %", "FLOPs range",
                 "bytes range"):  # fmt: skip
@@ -320,10 +341,12 @@ def validate_ops(
     --tables or --leave-device-out, of the public measured tables."""
     import numpy as np
 
-    from simulator.cost.fit import kfold_errors
+    from simulator.cost.fit import check_folds, check_rows, kfold_errors
+    from simulator.specs.limits import check_seed
 
     if folds < 2:
         raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    check_seed(seed)
     if tables or leave_device_out:
         if measurements or vidur:
             raise SpecError(
@@ -336,6 +359,9 @@ def validate_ops(
         raise SpecError("(arguments)", "device", "give --device (the measurements' device)")
     profile = catalog.hardware_profile(device)
     by_class = _measured_by_class(measurements, vidur, profile)
+    for m, files in by_class.values():  # enough rows to fit, and to fit without each fold
+        check_rows(m, ", ".join(map(str, files)))
+        check_folds(m, folds)
     results: list[dict[str, Any]] = []
     for cls, (m, _) in by_class.items():
         kf = kfold_errors(cls, m, profile, folds=folds, seed=seed)
@@ -447,6 +473,9 @@ def _validate_tables(
     _ = Score
 
 
+POINTS = ("points.csv",)  # what `plan validate inferencemax|silicon --out` writes beside cache/
+
+
 @command(validate_app, "inferencemax")
 def validate_inferencemax(
     data: Annotated[
@@ -483,6 +512,15 @@ def validate_inferencemax(
     ] = 10,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Simulate every point again and keep nothing: without it each point's result"
+            " is kept in OUT/cache (without --out: $PLAN_CACHE_DIR/validate or"
+            " ~/.cache/hybrid-capacity-planner/validate), so a rerun or a killed run resumes.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate the InferenceMAX v1 points; median APE of throughput/GPU and interactivity."""
@@ -493,10 +531,20 @@ def validate_inferencemax(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator import validation as v
+    from simulator.validation.run import user_cache_dir
 
     path = data if data is not None else v.DEFAULT_DATA
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    # outputs checked before any work (the folder marked in progress, written whole)
+    folder = None if out is None else OutputFolder(out, "plan validate inferencemax", POINTS)
+    stage = folder.open() if folder is not None else None
+    if markdown is not None:
+        check_output_file(markdown, "--markdown")
+    check_text_file(path)
+    # the cache lives in the real folder (carried over by the swap), not in the stage
+    cache = (None if no_cache else folder.target / "cache" if folder is not None
+             else user_cache_dir())  # fmt: skip
     start = time.perf_counter()
     show = not as_json and sys.stderr.isatty()
     with Progress(
@@ -510,12 +558,15 @@ def validate_inferencemax(
 
         report = v.validate(
             path, models or (), devices or (), limit_per_curve, requests_per_conc, seed,
-            workers, progress,
+            workers, progress, cache,
         )  # fmt: skip
     wall_s = time.perf_counter() - start
-    if out is not None:
-        v.write_points_csv(report.results, out / "points.csv")
-        typer.echo(f"wrote {out / 'points.csv'} ({len(report.results)} points)", err=True)
+    if cache is not None:
+        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
+    if folder is not None and stage is not None:
+        v.write_points_csv(report.results, stage / "points.csv")
+        folder.commit()
+        typer.echo(f"wrote {folder.path / 'points.csv'} ({len(report.results)} points)", err=True)
     if markdown is not None:
         args = ["plan", "validate", "inferencemax"]
         if data is not None:
@@ -535,8 +586,10 @@ def validate_inferencemax(
             args += ["--out", str(out)]
         args += ["--markdown", str(markdown)]
         date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(v.render_markdown(report, shlex.join(args), date, wall_s, workers))
+        write_file(
+            markdown, v.render_markdown(report, shlex.join(args), date, wall_s, workers),
+            "--markdown",
+        )  # fmt: skip
         typer.echo(f"wrote {markdown}", err=True)
     if as_json:
         print_json(finite({**report.to_json(), "wall_s": wall_s}))
@@ -589,6 +642,15 @@ def validate_silicon(
     ] = 10,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Simulate every point again and keep nothing: without it each point's result"
+            " is kept in OUT/cache (without --out: $PLAN_CACHE_DIR/validate or"
+            " ~/.cache/hybrid-capacity-planner/validate), so a rerun or a killed run resumes.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""
@@ -599,10 +661,21 @@ def validate_silicon(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator.validation import silicon as s
+    from simulator.validation.run import user_cache_dir
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    # outputs checked before any work (the folder marked in progress, written whole)
+    folder = None if out is None else OutputFolder(out, "plan validate silicon", POINTS)
+    stage = folder.open() if folder is not None else None
+    if markdown is not None:
+        check_output_file(markdown, "--markdown")
+    if data is not None and not data.is_dir():  # a folder: the loader says which file to give
+        check_text_file(data)
+    # the cache lives in the real folder (carried over by the swap), not in the stage
+    cache = (None if no_cache else folder.target / "cache" if folder is not None
+             else user_cache_dir())  # fmt: skip
     start = time.perf_counter()
     show = not as_json and sys.stderr.isatty()
     with Progress(
@@ -614,11 +687,16 @@ def validate_silicon(
         def progress(done: int, total: int, _: s.SiliconResult) -> None:
             bar.update(task, completed=done, total=total)
 
-        report = s.validate(data, models or (), limit, requests_per_conc, seed, workers, progress)
+        report = s.validate(
+            data, models or (), limit, requests_per_conc, seed, workers, progress, cache
+        )
     wall_s = time.perf_counter() - start
-    if out is not None:
-        s.write_points_csv(report.results, out / "points.csv")
-        typer.echo(f"wrote {out / 'points.csv'} ({len(report.results)} points)", err=True)
+    if cache is not None:
+        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
+    if folder is not None and stage is not None:
+        s.write_points_csv(report.results, stage / "points.csv")
+        folder.commit()
+        typer.echo(f"wrote {folder.path / 'points.csv'} ({len(report.results)} points)", err=True)
     if markdown is not None:
         args = ["plan", "validate", "silicon"]
         if data is not None:
@@ -636,8 +714,10 @@ def validate_silicon(
             args += ["--out", str(out)]
         args += ["--markdown", str(markdown)]
         date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(render_markdown(report, shlex.join(args), date, wall_s, workers))
+        write_file(
+            markdown, render_markdown(report, shlex.join(args), date, wall_s, workers),
+            "--markdown",
+        )  # fmt: skip
         typer.echo(f"wrote {markdown}", err=True)
     if as_json:
         print_json(finite({**report.to_json(), "wall_s": wall_s}))

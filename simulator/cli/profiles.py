@@ -164,7 +164,10 @@ def models_import(
 ) -> None:
     """Build a model card from a Hugging Face config.json (Kimi, DeepSeek, Qwen3.5, Llama, ...)."""
     from simulator.model_import import card_to_yaml, import_hf_config, load_hf_config
+    from simulator.outputs import check_output_file, write_file
 
+    if output is not None:
+        check_output_file(output, "--out")
     card_name = (
         name or config.name.removesuffix(".json").removesuffix("_config").split("--")[-1].lower()
     )
@@ -173,5 +176,5 @@ def models_import(
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text)
+        write_file(output, text)
         typer.echo(f"wrote {output} ({card.layers.count} layers)", err=True)

@@ -10,13 +10,21 @@ import yaml
 from rich.console import Console
 
 from simulator.cli.base import JsonOpt, app, command, print_json, print_pairs
+from simulator.outputs import OutputFolder
 from simulator.specs import (
     Scenario,
     SpecError,
 )
+from simulator.specs.limits import MAX_SEARCH_RUNS
 from simulator.specs.loading import parse, read_yaml
 
 # ------------------------------------------------------------------------------------ run
+
+# what `plan run --out` writes (a folder written before manifests existed drops these)
+RUN_FILES = ("requests.csv", "steps.csv", "summary.json", "transfers.csv", "pins.csv")
+# what `plan search --out` writes beside its cache/ (which is kept across runs)
+SEARCH_FILES = ("report.html", "report.md", "runs.csv", "best.csv", "sensitivity.csv",
+                "pruned.csv", "modes.csv", "space.yaml", "figure_*.png")  # fmt: skip
 
 
 @command(app, "run")
@@ -41,6 +49,10 @@ def run(
 
     scenario = parse(Scenario, read_yaml(scenario_file), scenario_file)
     base = scenario_file.resolve().parent
+    # checked and marked in progress before anything is simulated; written into a temporary
+    # folder beside it, swapped in whole at the end (removed if the command fails)
+    folder = OutputFolder(out, "plan run", RUN_FILES) if out is not None else None
+    stage = folder.open() if folder is not None else None
     show = not as_json and sys.stderr.isatty()
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -69,16 +81,16 @@ def run(
         "wall_s": result.wall_s,
         "latency": result.latency,
     }
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        result.request_table().to_csv(out / "requests.csv", index=False)
-        result.step_table().to_csv(out / "steps.csv", index=False)
-        (out / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
+    if folder is not None and stage is not None:
+        result.request_table().to_csv(stage / "requests.csv", index=False)
+        result.step_table().to_csv(stage / "steps.csv", index=False)
+        (stage / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
         names = "requests.csv, steps.csv, summary.json"
         if scenario.disaggregation is not None:
-            result.transfer_table().to_csv(out / "transfers.csv", index=False)
-            result.pin_table().to_csv(out / "pins.csv", index=False)
+            result.transfer_table().to_csv(stage / "transfers.csv", index=False)
+            result.pin_table().to_csv(stage / "pins.csv", index=False)
             names += ", transfers.csv, pins.csv"
+        folder.commit()
         typer.echo(f"wrote {out}/{names}", err=True)
     if as_json:
         print_json(data)
@@ -210,6 +222,14 @@ def search(
             "--grid", help="Run exactly the listed concurrencies instead of the max-load search."
         ),
     ] = False,
+    max_runs: Annotated[
+        int,
+        typer.Option(
+            "--max-runs",
+            help="Refuse a search of more simulations than this (configurations as written x"
+            f" loads x seeds; default {MAX_SEARCH_RUNS:,}).",
+        ),
+    ] = MAX_SEARCH_RUNS,
     as_json: JsonOpt = False,
 ) -> None:
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
@@ -219,7 +239,14 @@ def search(
     from simulator.planner.executor import run_all
     from simulator.planner.report import markdown, write_report
     from simulator.planner.search import run_search
-    from simulator.planner.space import SearchSpace, disaggregation_text, expand
+    from simulator.planner.space import (
+        SearchSpace,
+        check_run_count,
+        count_runs,
+        disaggregation_text,
+        expand,
+    )
+    from simulator.simulation import check_workload_files, resolve_workload
 
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
@@ -229,14 +256,36 @@ def search(
         )
     if seeds is not None and seeds < 1:
         raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
+    if max_runs < 1:
+        raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
     space = parse(SearchSpace, read_yaml(space_file), space_file)
     update: dict[str, Any] = {}
     if seeds is not None:
         update["seeds"] = seeds
     if grid:
         update["search"] = "grid"
+    # the size of the space as written, refused above the cap before anything is expanded
+    check_run_count(count_runs(space.model_copy(update=update), str(space_file)), max_runs,
+                    str(space_file))  # fmt: skip
+    # checked and marked in progress before any work; the report is written into a temporary
+    # folder and swapped in whole; cache/ (the resume mechanism) is written in place and kept
+    folder = OutputFolder(out, "plan search", SEARCH_FILES)
+    stage = folder.open()
+    # a relative trace path is relative to the space file, as a scenario's is to its file;
+    # the traces are checked whole (gzip, UTF-8) before the first simulation
+    update["workload"] = resolve_workload(space.workload, space_file.resolve().parent)
     space = space.model_copy(update=update)
+    check_workload_files(space.workload)
     candidates, pruned = expand(space, str(space_file))
+    if not candidates:
+        raise SpecError(space_file, "(configurations)", _all_pruned(pruned))
+    # what will run, said before it starts: on stdout (stderr is kept for the one error line
+    # a failure prints); with --json it is the answer's "planned"
+    count = count_runs(space, str(space_file), configurations=len(candidates))
+    dropped = sum(1 for p in pruned if " repeats " not in p.reason)
+    planned = f"{count.text()}" + (f" ({dropped:,} pruned)" if dropped else "")
+    if not as_json:
+        typer.echo(f"plan search: {planned}")
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TimeRemainingColumn(), console=Console(stderr=True),
@@ -252,7 +301,7 @@ def search(
             bar.update(task, total=start + len(scenarios))
             got = run_all(
                 scenarios,
-                out / "cache",
+                folder.target / "cache",
                 workers,
                 lambda done, total: bar.update(task, completed=start + done),
                 executor,  # type: ignore[arg-type]
@@ -266,16 +315,28 @@ def search(
     best = best_per_device(space, runs)
     sens = sensitivity(space, runs, best)
     pruned_df = pruned_table(pruned)
-    paths = write_report(out, space, runs, best, sens, pruned_df)
+    paths = write_report(stage, space, runs, best, sens, pruned_df)
     # the space beside its results, so that a reader (the dashboard) needs only the folder
-    (out / "space.yaml").write_text(yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
-    paths.append(out / "space.yaml")
+    (stage / "space.yaml").write_text(
+        yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
+    )
+    paths.append(stage / "space.yaml")
+    folder.commit()
+    paths = [folder.final(p) for p in paths]
     if as_json:
         print_json(
             {
                 "best": best.to_dict(orient="records"),
                 "runs": len(runs),
                 "simulations": found.simulations,
+                "planned": {
+                    "configurations": count.configurations,
+                    "loads": count.loads,
+                    "loads_upper_bound": count.bound,
+                    "seeds": count.seeds,
+                    "simulations": count.simulations,
+                    "text": planned,
+                },
                 "search": space.search,
                 "seeds": space.seeds,
                 "pruned": pruned_df.to_dict(orient="records"),
@@ -293,3 +354,25 @@ def search(
         knobs = {**p.knobs, "disaggregation": disaggregation_text(p.knobs.get("disaggregation"))}
         typer.echo(f"pruned {p.device} {knobs}: {p.reason}", err=True)
     typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
+
+
+def _all_pruned(pruned: list[Any]) -> str:
+    """``every configuration was pruned: <reason> (<configurations>); ...``: the distinct
+    reasons, most frequent first, each with the configurations it pruned (a few named)."""
+    from simulator.planner.space import knob_label
+
+    real = [p for p in pruned if " repeats " not in p.reason] or pruned
+    by_reason: dict[str, list[str]] = {}
+    for p in real:
+        try:
+            name = f"{p.device}-{knob_label(p.knobs)}"
+        except (KeyError, TypeError, ValueError):  # knobs that did not validate
+            name = p.device
+        by_reason.setdefault(p.reason, []).append(name)
+    parts = []
+    for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:3]:
+        shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        parts.append(f"{reason} ({shown})")
+    more = len(by_reason) - 3
+    tail = f"; and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
+    return f"every configuration was pruned: {'; '.join(parts)}{tail}"

@@ -74,6 +74,9 @@ def workload_stats_command(
             raise SpecError("(arguments)", "format", f"{source!r} is a generator, not a file")
         src = generator_source(source, sessions, seed, isl, osl, range_ratio)
     else:
+        from simulator.workload.traces import check_trace
+
+        check_trace(source)  # a FIFO, a truncated gzip file, non-UTF-8 text: before reading
         src = trace_source(source, trace_format, skip_bad=skip_bad)
     st = workload_stats(src, limit=limit)
     if as_json:

@@ -25,7 +25,6 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field, ValidationError
 
-from hardware_profiles import PROFILES_DIR
 from simulator.cost.ops import COLLECTIVE_CLASSES, OpClass
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
@@ -196,12 +195,14 @@ class LatencyModels:
     def for_device(
         cls, profile: HardwareProfile, use_fitted: bool = True, use_tables: bool = True
     ) -> LatencyModels:
-        """Priors, ``hardware_profiles/<name>/latency_models.json`` when it exists, and the
-        public measured tables when the ``measured`` extra is installed."""
+        """Priors, the device's fitted ``latency_models.json`` when there is one (the user's
+        data folder's first, then ``hardware_profiles/<name>/``), and the public measured
+        tables when the ``measured`` extra is installed."""
         from simulator.measured.device import tables_for
+        from simulator.userdata import latency_models_file
 
-        path = PROFILES_DIR / profile.name / "latency_models.json"
-        fitted = load_latency_models(path) if use_fitted and path.exists() else None
+        path = latency_models_file(profile.name) if use_fitted else None
+        fitted = load_latency_models(path) if path is not None else None
         tables = tables_for(profile) if use_fitted and use_tables else None
         return cls(profile, fitted, tables)
 

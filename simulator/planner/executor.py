@@ -4,16 +4,26 @@ Each finished run is written to ``<cache_dir>/<hash>.json`` at once, so an inter
 resumes where it stopped and a repeated search costs nothing. Ray (``executor="ray"``) runs
 the same function as remote tasks: on the cluster at ``address``, or on a local instance that
 is started for the search and stopped after it.
+
+Workers die with the process that started them (:func:`worker_pool`): on Linux each worker
+asks the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so a
+``kill -9`` of ``plan search`` or ``plan validate`` leaves no worker computing on; workers
+ignore Ctrl-C, the parent stops them (:func:`stop_pool`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import multiprocessing as mp
 import os
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,7 +67,7 @@ def run_all(
     todo: list[tuple[Scenario, Path]] = []
     for sc in scenarios:
         path = cache_dir / f"{scenario_hash(sc)}.json"
-        cached = _read_cached(path)
+        cached = read_cached(path)
         if cached is not None:
             results[sc.name] = cached
         else:
@@ -70,9 +80,7 @@ def run_all(
 
     def store(sc: Scenario, path: Path, out: dict[str, Any]) -> None:
         nonlocal done
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # whole or not at all
-        tmp.write_text(json.dumps(out) + "\n")
-        os.replace(tmp, path)
+        write_whole(path, out)
         results[sc.name] = out
         done += 1
         if progress is not None:
@@ -84,26 +92,101 @@ def run_all(
     # fork is the fast start, but forking a threaded host (a Streamlit server, Ray's client)
     # can copy held locks into the children: spawn there
     context = mp.get_context("spawn") if threading.active_count() > 1 else None
-    pool = ProcessPoolExecutor(max_workers=max(1, workers), mp_context=context)
+    pool = worker_pool(workers, context)
     try:
         futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
         for future in as_completed(futures):
             sc, path = futures[future]
             store(sc, path, future.result())
-    except BaseException:  # a failed run, or a stop raised by `progress`: drop the queue
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
+        stop_pool(pool, exc)
         raise
     pool.shutdown()
     return results
 
 
-def _read_cached(path: Path) -> dict[str, Any] | None:
+def read_cached(path: Path) -> dict[str, Any] | None:
     """A cached result, or None when there is none or it cannot be read back."""
     try:
         data = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_whole(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON at ``path``, whole or not at all (a temporary file, then a rename): a
+    kill mid-write leaves at most a stray ``.*.tmp``, never a truncated result."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ workers die with parent
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent (the thread that forked
+    it) exits; False where there is no prctl (not Linux, no libc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: SIGKILL when the parent dies (Linux), and Ctrl-C ignored (the
+    terminal sends it to the whole process group; the parent stops the pool itself).
+
+    The parent may die between the fork and the prctl, and then no signal would come: so
+    once the signal is armed, a worker whose parent is no longer ``parent_pid`` (it was
+    reparented) and ``parent_pid`` is gone exits at once. (A worker of a forkserver has the
+    server as its parent, which dies with ``parent_pid``.) Where prctl is missing, only
+    the Ctrl-C part applies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _set_parent_death_signal(signal.SIGKILL):
+        return
+    if os.getppid() != parent_pid and not _alive(parent_pid):
+        os._exit(1)
+
+
+def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process (:func:`die_with_parent`). Keep
+    it in the thread that created it: the kernel's parent-death signal follows the thread
+    that forked each worker."""
+    return ProcessPoolExecutor(
+        max_workers=max(1, workers),
+        mp_context=context,
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
+def stop_pool(pool: ProcessPoolExecutor, exc: BaseException) -> None:
+    """Stop a pool on ``exc``: queued work is dropped; on Ctrl-C the running workers are
+    killed at once (their results would be thrown away), otherwise (a failed run, a stop
+    raised by a progress callback) the running ones finish first."""
+    if isinstance(exc, KeyboardInterrupt):
+        processes: dict[int, Any] = getattr(pool, "_processes", None) or {}
+        for proc in list(processes.values()):
+            with contextlib.suppress(OSError, ValueError):  # already gone, or closed
+                proc.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_ray(

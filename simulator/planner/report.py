@@ -172,7 +172,8 @@ def html_report(
 
     caveat = "<br>".join(textwrap.wrap(sources_caveat(space.devices), 150))
     figs = []
-    devices = [d for d in space.devices if d in set(runs.device)]
+    ran = set(runs.device) if "device" in runs.columns else set()  # none: all pruned
+    devices = [d for d in space.devices if d in ran]
     cols = min(2, max(len(devices), 1))
     rows = max(1, math.ceil(len(devices) / cols))
     figure = make_subplots(

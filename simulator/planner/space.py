@@ -20,6 +20,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -41,13 +42,14 @@ from pydantic import (
 
 from simulator import catalog
 from simulator.memory import check_deployment, check_device, plan_memory
-from simulator.specs.frozen import Frozen
+from simulator.specs import limits
+from simulator.specs.frozen import Spec
 from simulator.specs.loading import SpecError, first_error
 from simulator.specs.scenario import SLO, Disaggregation, Scenario, WorkloadSpec
 from simulator.specs.serving import ServingConfig, SpeculativeConfig
 
 
-class Sweep(Frozen):
+class Sweep(Spec):
     """Values to try for each knob; the cartesian product is searched (one value: fixed)."""
 
     tp: list[PositiveInt] = Field(default_factory=lambda: [8], min_length=1)
@@ -91,7 +93,7 @@ KNOBS = ("tp", "dcp", "dp", "ep", "cpu_offload_bytes", "max_num_seqs",
 SERVING_KNOBS = KNOBS[:-1]  # the ones that are ServingConfig fields
 
 
-class SearchSpace(Frozen):
+class SearchSpace(Spec):
     name: str = Field(min_length=1)
     model: str
     devices: list[str] = Field(min_length=1)
@@ -106,7 +108,7 @@ class SearchSpace(Frozen):
     demand_requests_per_s: PositiveFloat | None = None
     duration_s: PositiveFloat = 3600.0
     warmup_s: float = Field(default=600.0, ge=0)
-    seed: int = 0
+    seed: limits.Seed = 0
     # replicates: every point runs under seeds seed, seed + 1, ...; the SLO must hold on all
     seeds: PositiveInt = 3
     # "max_load": per configuration the most users meeting the SLO, by bracketing and integer
@@ -125,6 +127,34 @@ class SearchSpace(Frozen):
                 " the fleet is sized for one demand"
             )
         return rate
+
+    @field_validator("cost_model")
+    @classmethod
+    def _known_cost_model(cls, name: str) -> str:
+        from simulator.specs.scenario import known_cost_model
+
+        return known_cost_model(name)
+
+    @field_validator("warmup_s")
+    @classmethod
+    def _warmup_inside_duration(cls, warmup_s: float, info: ValidationInfo) -> float:
+        duration_s = info.data.get("duration_s")
+        if duration_s is not None and warmup_s >= duration_s:
+            raise ValueError(f"{warmup_s:g} s leaves nothing of duration_s {duration_s:g} s")
+        return warmup_s
+
+    @field_validator("workload")
+    @classmethod
+    def _closed_loop(cls, workload: WorkloadSpec) -> WorkloadSpec:
+        """Every point of a search is a closed loop of ``concurrency`` users: a rate would
+        clash with the concurrency each point sets."""
+        for rate in ("request_rate_per_s", "session_rate_per_s"):
+            if getattr(workload, rate, None) is not None:
+                raise ValueError(
+                    f"{rate}: a search runs each point as a closed loop of `concurrency` users;"
+                    f" drop {rate} (and size the fleet with demand_requests_per_s)"
+                )
+        return workload
 
     @field_serializer("serving", "sweep")
     def _as_given(self, value: BaseModel, info: SerializationInfo) -> dict[str, Any]:
@@ -168,9 +198,41 @@ def code_fingerprint() -> str:
 
 
 def scenario_hash(scenario: Scenario) -> str:
-    """Content hash: the cache key of a run (same scenario, same code -> same result)."""
-    payload = code_fingerprint() + scenario.model_dump_json()
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    """Content hash: the cache key of a run (same scenario, same code, same input files ->
+    same result). Besides the code and the scenario it covers the content (sha256, read once
+    per file version) of every file the run reads that the package does not hold: a card or
+    profile given by path (relative to the current folder, as the catalog reads it), the trace
+    (its files, for a folder), the device's fitted models and profile in the user's data
+    folder; and which measured tables it reads. An edited profile, card or trace, or
+    ``PLAN_MEASURED=off``, is a new key, not an old answer."""
+    from simulator.measured.package import data_source, switched_off
+    from simulator.specs.loading import file_digest
+    from simulator.specs.scenario import TraceWorkload
+    from simulator.userdata import user_device_dir
+
+    files: list[tuple[str, Path]] = [
+        (role, Path(ref))
+        for role, ref in (("model", scenario.model), ("device", scenario.device))
+        if catalog._is_path(ref)
+    ]
+    if isinstance(scenario.workload, TraceWorkload):
+        files.append(("trace", Path(scenario.workload.path)))
+    try:
+        device = catalog.hardware_profile(scenario.device).name
+    except SpecError:
+        device = scenario.device
+    for name in ("profile.yaml", "latency_models.json"):
+        files.append((f"user {name}", user_device_dir(device) / name))
+    h = hashlib.sha256((code_fingerprint() + scenario.model_dump_json()).encode())
+    for role, path in files:
+        h.update(f"|{role}:{path}:{file_digest(path)}".encode())
+    source = data_source()
+    measured = (
+        "off" if switched_off() else "none" if source is None
+        else f"{source.root}:{source.package_version}"
+    )  # fmt: skip
+    h.update(f"|measured:{measured}".encode())
+    return h.hexdigest()[:16]
 
 
 def knob_label(knobs: dict[str, Any]) -> str:
@@ -265,7 +327,12 @@ def unique_ids(labels: list[str], knobs: list[dict[str, Any]]) -> list[str]:
 def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate], list[Pruned]]:
     """Every (device, knob combination) as a runnable candidate or a pruned one with a reason
     (repeated sweep values come back among the pruned, noted as repeats)."""
-    card = catalog.model_card(space.model)
+    try:
+        card = catalog.model_card(space.model)
+    except SpecError as exc:  # the space's field, not the command line's
+        if exc.file != "(arguments)":
+            raise
+        raise SpecError(source, "model", exc.reason) from None
     limit = space.serving.max_model_len
     if limit is not None and limit > card.max_context_tokens:
         raise SpecError(
@@ -280,7 +347,9 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
     for device_name in space.devices:
         try:
             device = catalog.hardware_profile(device_name)
-        except SpecError as exc:
+        except SpecError as exc:  # an unknown name is the space's; a bad profile file its own
+            if exc.file != "(arguments)":
+                raise
             raise SpecError(source, "devices", exc.reason) from None
         for combo in itertools.product(*(values[k] for k in KNOBS)):
             knobs = dict(zip(KNOBS, combo, strict=True))
@@ -291,8 +360,10 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
                 **{k: knobs[k] for k in SERVING_KNOBS},
             }
             disagg = knobs["disaggregation"]
+            serving_valid = False  # which spec a validation error is of (for its field name)
             try:
                 serving = ServingConfig.model_validate(data)
+                serving_valid = True
                 check_deployment(card, serving)
                 check_device(serving, device)
                 if disagg is not None:  # the scenario's own cross-checks (dp, offload)
@@ -302,7 +373,8 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
                          "disaggregation": disagg}
                     )  # fmt: skip
             except ValidationError as exc:
-                pruned.append(Pruned(device_name, knobs, first_error(exc, source).reason))
+                err = first_error(exc, source, "" if serving_valid else "serving")
+                pruned.append(Pruned(device_name, knobs, f"{err.field}: {err.reason}"))
                 continue
             except SpecError as exc:
                 pruned.append(Pruned(device_name, knobs, f"{exc.field}: {exc.reason}"))
@@ -335,6 +407,68 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
         )
         candidates.append(Candidate(config_id, device_name, knobs, scenarios))
     return candidates, pruned
+
+
+@dataclass(frozen=True)
+class RunCount:
+    """What a search will run: configurations x loads x seeds simulations (for the max-load
+    search the loads are an upper bound: the probes of bracketing and bisection)."""
+
+    configurations: int
+    loads: int
+    seeds: int
+    bound: bool  # loads is an upper bound (max-load search), not exact (grid)
+
+    @property
+    def simulations(self) -> int:
+        return self.configurations * self.loads * self.seeds
+
+    def text(self) -> str:
+        most = "at most " if self.bound else ""
+
+        def n(x: int, what: str) -> str:
+            return f"{x:,} {what}{'' if x == 1 else 's'}"
+
+        return (
+            f"{n(self.configurations, 'configuration')} x {most}{n(self.loads, 'load')} x"
+            f" {n(self.seeds, 'seed')} = {most}{n(self.simulations, 'simulation')}"
+        )
+
+
+def max_load_probes(lo: int, hi: int) -> int:
+    """Most probes the max-load search makes between ``lo`` and ``hi`` users: the lower
+    bound, the doublings up to ``hi``, the bisection of the last gap (never more than the
+    loads in between)."""
+    if hi <= lo:
+        return 1
+    doublings = math.ceil(math.log2(hi / lo))
+    bisections = max(math.ceil(math.log2(hi / 2)), 0) if hi >= 2 else 0
+    return min(hi - lo + 1, 1 + doublings + bisections)
+
+
+def count_runs(
+    space: SearchSpace, source: str = "(search)", configurations: int | None = None
+) -> RunCount:
+    """The simulations a search of ``space`` runs: ``configurations`` (default: the space as
+    written, every device x knob combination before pruning) x loads x seeds."""
+    if configurations is None:
+        values = knob_values(space, source)
+        configurations = len(space.devices) * math.prod(len(v) for v in values.values())
+    if space.search == "grid":
+        return RunCount(configurations, len(space.concurrency), space.seeds, bound=False)
+    lo, hi = min(space.concurrency), max(space.concurrency)
+    return RunCount(configurations, max_load_probes(lo, hi), space.seeds, bound=True)
+
+
+def check_run_count(count: RunCount, max_runs: int, source: str) -> None:
+    """Refuse a search above ``max_runs`` simulations (``--max-runs``)."""
+    if count.simulations > max_runs:
+        raise SpecError(
+            source,
+            "(search size)",
+            f"{count.text()} exceed the cap of {max_runs:,} (narrow devices, sweep,"
+            f" concurrency or seeds, or raise it with --max-runs {count.simulations})",
+        )
 
 
 def _repeat_notes(space: SearchSpace, values: dict[str, list[Any]], device: str) -> list[Pruned]:

@@ -1,7 +1,26 @@
-"""Read YAML into specs; every failure becomes one SpecError naming file, field and reason."""
+"""Read input files into specs; every failure becomes one SpecError naming file, field and reason.
+
+The one file layer every reader goes through (specs, tables, traces):
+
+- a path must name a regular, readable file: a directory, a FIFO, a device (``/dev/zero``),
+  a socket, a dangling symlink or a symlink loop is refused by its name, from ``stat`` alone,
+  before anything opens it (opening a FIFO would block until a writer comes);
+- a file is at most a size limit for its kind (:data:`YAML_LIMIT`, :data:`JSON_LIMIT`,
+  :data:`TABLE_LIMIT`, :data:`TRACE_LIMIT`): a wrong file (a trace passed as a scenario, a
+  disk image) is refused at once instead of being parsed for minutes;
+- text is UTF-8 (a leading byte-order mark is dropped); the first byte that is not names its
+  line;
+- a YAML mapping that repeats a key is an error (PyYAML keeps the last one silently), and so
+  is a JSON object read with :func:`read_json`.
+"""
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -10,15 +29,40 @@ from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
+MIB = 1 << 20
+GIB = 1 << 30
+# YAML specs: the largest shipped one is 6 KB and a generated search space a few hundred KB;
+# PyYAML's pure-Python loader takes about 30 s per MiB on a busy 2-core machine, so 16 MiB is
+# already minutes of parsing: anything larger is the wrong file.
+YAML_LIMIT = 16 * MIB
+# JSON specs (latency_models.json with shape tables, Hugging Face config.json): the largest
+# shipped one is 53 KB; json parses 64 MiB in about a second, in about 1 GiB of memory.
+JSON_LIMIT = 64 * MIB
+# CSV tables read whole by pandas (op shapes, measurements, validation points): MB in practice.
+TABLE_LIMIT = 256 * MIB
+# One trace file (compressed size on disk): public request traces are tens of MB to a few
+# hundred MB uncompressed; an agentic .json file is parsed whole (about 10x its size in memory).
+TRACE_LIMIT = 2 * GIB
+
 
 class SpecError(ValueError):
-    """Bad input. ``str()`` is the one line the CLI prints before exiting with code 2."""
+    """Bad input. ``str()`` is the one line the CLI prints before exiting with code 2.
+
+    ``args`` are ``(file, field, reason)``, so that the error can be rebuilt from them: SimPy
+    re-raises a failed process's exception as ``type(e)(*e.args)``, and a worker process
+    pickles it (``__reduce__``) to hand it to the parent."""
 
     def __init__(self, file: str | Path, field: str, reason: str) -> None:
         self.file = str(file)
         self.field = field
         self.reason = reason
-        super().__init__(f"{self.file}: {field}: {reason}")
+        super().__init__(self.file, field, reason)
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.reason}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.file, self.field, self.reason), self.__dict__.copy())
 
 
 def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> SpecError:
@@ -35,27 +79,244 @@ def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> Spe
     return SpecError(file, field, reason)
 
 
-def read_text(path: str | Path) -> str:
-    """A file's text; a missing or unreadable file is a SpecError on ``(file)``."""
+# ------------------------------------------------------------------------------ the file layer
+
+
+def size_text(n: float) -> str:
+    """``16 MiB``, ``2 GiB``, ``1.5 KiB``, ``10 bytes``."""
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "an unknown kind of file"
+
+
+def os_reason(exc: OSError) -> str:
+    """The reason of an OSError in words (a symlink loop said so)."""
+    if exc.errno == errno.ELOOP:
+        return "symlink loop (too many levels of symbolic links)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return exc.strerror or str(exc)
+
+
+def stat_path(path: str | Path, field: str = "(file)") -> os.stat_result:
+    """``os.stat`` of ``path`` (symlinks followed); a missing path, a dangling symlink, a
+    symlink loop or a parent that is not a folder is a SpecError on ``field``."""
     p = Path(path)
     try:
-        return p.read_text()
+        return os.stat(p)
     except FileNotFoundError:
-        raise SpecError(p, "(file)", "no such file") from None
+        if os.path.islink(p):
+            raise SpecError(p, field, f"dangling symlink (to {os.readlink(p)})") from None
+        raise SpecError(p, field, "no such file") from None
+    except NotADirectoryError:
+        raise SpecError(p, field, "no such file (a parent is not a folder)") from None
     except OSError as exc:
-        raise SpecError(p, "(file)", exc.strerror or str(exc)) from None
+        raise SpecError(p, field, os_reason(exc)) from None
 
 
-def read_yaml(path: str | Path) -> Any:
+def check_file(path: str | Path, limit: int = JSON_LIMIT, what: str = "file") -> os.stat_result:
+    """Refuse anything but a regular readable file of at most ``limit`` bytes, without opening
+    it (``stat`` only: a FIFO is never opened). ``what`` names the kind in the size message."""
     p = Path(path)
-    text = read_text(p)
+    st = stat_path(p)
+    if stat.S_ISDIR(st.st_mode):
+        raise SpecError(p, "(file)", "is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise SpecError(p, "(file)", f"is {_kind(st.st_mode)}, not a regular file")
+    if st.st_size > limit:
+        raise SpecError(
+            p, "(file)",
+            f"{size_text(st.st_size)}, over the {size_text(limit)} limit of {what}"
+            " (is it the right file?)",
+        )  # fmt: skip
+    if not os.access(p, os.R_OK):
+        raise SpecError(p, "(file)", "permission denied")
+    return st
+
+
+def check_dir(path: str | Path, field: str = "(folder)") -> os.stat_result:
+    """Refuse anything but an existing readable directory."""
+    p = Path(path)
     try:
-        return yaml.safe_load(text)
+        st = stat_path(p, field)
+    except SpecError as exc:
+        raise SpecError(p, field, exc.reason.replace("no such file", "no such folder")) from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        raise SpecError(p, field, f"not a folder ({kind})")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise SpecError(p, field, "permission denied")
+    return st
+
+
+def read_bytes(path: str | Path, limit: int = JSON_LIMIT, what: str = "file") -> bytes:
+    """A file's bytes, through :func:`check_file`."""
+    p = Path(path)
+    check_file(p, limit, what)
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise SpecError(p, "(file)", os_reason(exc)) from None
+    if len(data) > limit:  # grew since the stat
+        raise SpecError(p, "(file)", f"over the {size_text(limit)} limit of {what}")
+    return data
+
+
+def utf8_error(path: str | Path, exc: UnicodeDecodeError, data: bytes, line0: int = 0) -> SpecError:
+    """The SpecError of a UnicodeDecodeError over ``data`` (whose first line is ``line0 + 1``)."""
+    line = line0 + data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    bad = data[exc.start : exc.start + 1].hex() or "end"
+    return SpecError(
+        path, f"line {line}", f"not UTF-8 text (byte 0x{bad} at column {column}): save it as UTF-8"
+    )
+
+
+def decode_utf8(data: bytes, path: str | Path) -> str:
+    """``data`` as UTF-8 (a leading byte-order mark dropped); a bad byte names its line."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise utf8_error(path, exc, data) from None
+    return text.removeprefix("\ufeff")
+
+
+def check_text_file(path: str | Path, limit: int = TABLE_LIMIT, what: str = "a table") -> None:
+    """A regular file of at most ``limit`` bytes whose every byte is UTF-8 (read through once:
+    for the inputs a command hands to a reader that does not check them itself)."""
+    decode_utf8(read_bytes(path, limit, what), path)
+
+
+def read_text(path: str | Path, limit: int = JSON_LIMIT, what: str = "a JSON spec") -> str:
+    """A file's text: a regular file, at most ``limit`` bytes, UTF-8; else a SpecError."""
+    return decode_utf8(read_bytes(path, limit, what), path)
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's content, read once per (real path, size, mtime) in this process; of
+    a folder: of its files' names and digests (not recursive). A path that cannot be read
+    digests as what it is (the reader reports it), never raises."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        return f"unreadable:{exc.errno}"
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            entries = sorted(e for e in p.iterdir() if e.is_file())
+        except OSError as exc:
+            return f"unreadable:{exc.errno}"
+        text = "".join(f"{e.name}:{file_digest(e)};" for e in entries)
+        return hashlib.sha256(text.encode()).hexdigest()
+    if not stat.S_ISREG(st.st_mode):
+        return f"special:{stat.S_IFMT(st.st_mode)}"
+    key = (os.path.realpath(p), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        try:
+            with p.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError as exc:
+            return f"unreadable:{exc.errno}"
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(key, line, first)
+        self.key, self.line, self.first = key, line, first
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping repeating a key (merge keys ``<<`` may still
+    be overridden, as YAML defines)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable: the constructor says so
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise _DuplicateKeyError(key, line, first)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, file: str | Path) -> Any:
+    """YAML text (of ``file``, for messages) with duplicate keys refused."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except _DuplicateKeyError as dup:
+        raise SpecError(
+            file, f"line {dup.line}",
+            f"duplicate key {dup.key!r} (first at line {dup.first}): YAML would keep only the"
+            " last; give it once",
+        ) from None  # fmt: skip
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(p, where, f"invalid YAML: {problem}") from None
+        raise SpecError(file, where, f"invalid YAML: {problem}") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    return parse_yaml(read_text(p, YAML_LIMIT, "a YAML spec"), p)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKeyError(k, 0, 0)
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, file: str | Path) -> Any:
+    """JSON text with duplicate keys refused (``json`` keeps the last silently)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKeyError as dup:
+        raise SpecError(
+            file, "(json)", f"duplicate key {dup.key!r} in one object: give it once"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(file, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+
+
+def read_json(path: str | Path, limit: int = JSON_LIMIT) -> Any:
+    """A JSON file through the file layer, duplicate keys refused."""
+    p = Path(path)
+    return parse_json(read_text(p, limit), p)
 
 
 def parse(cls: type[M], data: Any, file: str | Path, prefix: str = "") -> M:

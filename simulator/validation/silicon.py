@@ -44,7 +44,7 @@ from simulator.specs.precision import WeightPrecision
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
 from simulator.validation.points import Overrides, Router, benchmark_scenario
-from simulator.validation.run import median_tpot_s, run_parallel
+from simulator.validation.run import median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
 
 CSV_NAME = "silicon_sample.csv"
@@ -583,14 +583,17 @@ def run_points(
     seed: int = 0,
     workers: int = 1,
     progress: Callable[[int, int, SiliconResult], None] | None = None,
+    cache_dir: Path | None = None,
 ) -> list[SiliconResult]:
-    """Simulate every point, in the input order whatever the worker count."""
+    """Simulate every point, in the input order whatever the worker count; cached per point
+    in ``cache_dir`` (:func:`simulator.validation.run.run_cached`)."""
     if requests_per_conc < 1:
         raise SpecError(
             "(arguments)", "requests_per_conc", f"must be >= 1, got {requests_per_conc}"
         )
     fn = partial(simulate_point, requests_per_conc=requests_per_conc, seed=seed)
-    return run_parallel(fn, points, _cost, workers, progress)
+    scenario = partial(scenario_of, requests_per_conc=requests_per_conc, seed=seed)
+    return run_cached(fn, points, _cost, scenario, SiliconResult, cache_dir, workers, progress)
 
 
 # ------------------------------------------------------------------------------- errors
@@ -694,12 +697,13 @@ def validate(
     seed: int = 0,
     workers: int = 1,
     progress: Callable[[int, int, SiliconResult], None] | None = None,
+    cache_dir: Path | None = None,
 ) -> SiliconReport:
     path = Path(data) if data is not None else default_data()
     loaded = load_silicon(path)
     models = list(models)
     chosen = select(loaded.points, models, limit)
-    results = run_points(chosen, requests_per_conc, seed, workers, progress)
+    results = run_points(chosen, requests_per_conc, seed, workers, progress, cache_dir)
     return SiliconReport(
         data=path,
         rows=loaded.rows,

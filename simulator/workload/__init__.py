@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from simulator.specs import limits
+from simulator.specs.limits import check_seed
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import (
     AgenticWorkload,
@@ -117,6 +119,20 @@ def generator_source(
     """A built-in generator: ``agentic``, ``chat`` or ``random`` (ISL/OSL/range ratio)."""
     if sessions < 1:
         raise SpecError("(arguments)", "sessions", f"must be at least 1, got {sessions}")
+    check_seed(seed)
+    cap = limits.MAX_GENERATED_REQUESTS if name == "random" else limits.MAX_GENERATED_SESSIONS
+    if sessions > cap:
+        what = "requests of the random generator" if name == "random" else "sessions"
+        raise SpecError(
+            "(arguments)", "sessions", f"{sessions:,} exceeds {cap:,} {what} (simulator/specs/"
+            "limits.py: beyond it a generator runs for hours)",
+        )  # fmt: skip
+    for value, flag in ((input_tokens, "isl"), (output_tokens, "osl")):
+        if value > limits.MAX_GENERATED_TOKENS:
+            raise SpecError(
+                "(arguments)", flag, f"{value:,} tokens exceeds {limits.MAX_GENERATED_TOKENS:,}"
+                " (10x the longest context of any model card)",
+            )  # fmt: skip
     if name == "agentic":
         return Source(name, name, 64, lambda: agentic_sessions(sessions, seed), False, True, True)
     if name == "chat":

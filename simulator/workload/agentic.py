@@ -22,6 +22,7 @@ think time, and the parent's next turn the delay after the group finished.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,19 +62,21 @@ def _number(r: dict[str, Any], key: str, where: str, default: float | None = Non
         raise ValueError(f"{where}: missing field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise ValueError(f"{where}.{key}: expected a number, got {value!r}")
+    if not math.isfinite(value):  # json reads Infinity: a time no replay ever reaches
+        raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
     if value < 0:
         raise ValueError(f"{where}.{key}: must be >= 0, got {value}")
     return float(value)
 
 
-def _count(r: dict[str, Any], key: str, where: str) -> int:
+def _count(r: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
     value = r.get(key)
     if value is None:
         raise ValueError(f"{where}: missing field {key!r}")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{where}.{key}: must be >= 0, got {value}")
+    if value < minimum:
+        raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value}")
     return value
 
 
@@ -136,7 +139,7 @@ def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _S
             key = str(r.get("agent_id", f"subagent{i}"))
             out.append(_Sub(key, _number(r, "t", w), duration_s, sub))
             continue
-        prompt = _count(r, "in", w)
+        prompt = _count(r, "in", w, minimum=1)  # a request has a prompt (vLLM: >= 1 token)
         runs = _runs(r.get("hash_ids"), ranges, w)
         n_ids = int((runs[:, 1] - runs[:, 0] + 1).sum())
         if n_ids not in (prompt // block, -(-prompt // block)):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import stat
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.loading import SpecError
+from simulator.specs.loading import SpecError, check_dir, stat_path
 from simulator.workload.request import (
     EMPTY_IDS,
     Session,
@@ -29,7 +31,7 @@ from simulator.workload.request import (
     content_keys,
     scope_key,
 )
-from simulator.workload.source import BadRecords, lines, open_text
+from simulator.workload.source import BadRecords, check_trace_file, lines, open_text
 
 MOONCAKE_BLOCK_TOKENS = 512
 FORMATS = ("agentic", "mooncake", "azure")
@@ -96,9 +98,13 @@ def _timestamp_s(text: str) -> float:
     """``2023-11-16 18:15:46.6805900`` (100 ns digits) -> POSIX seconds; or plain seconds."""
     text = text.strip()
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):  # float() reads nan / inf: no replay reaches them
+            raise ValueError(f"TIMESTAMP: must be a finite number, got {text!r}")
+        return value
     main, _, frac = text.partition(".")
     try:
         base = datetime.fromisoformat(main).timestamp()
@@ -152,6 +158,27 @@ def _csv_int(text: str, column: str, minimum: int) -> int:
     if v < minimum:
         raise ValueError(f"{column}: must be >= {minimum}, got {v}")
     return v
+
+
+def check_trace(path: str | Path) -> None:
+    """Everything a replay of ``path`` will read, checked before it starts: a trace file, or
+    every trace file of a directory of agentic traces, is a regular file within the size
+    limit, with an intact gzip stream and UTF-8 text (see :func:`check_trace_file`)."""
+    from simulator.workload.agentic import _files
+
+    p = Path(path)
+    try:
+        st = stat_path(p)
+    except SpecError as exc:  # a trace may be a folder of traces
+        if exc.reason != "no such file":
+            raise
+        raise SpecError(p, exc.field, "no such file or directory") from None
+    if stat.S_ISDIR(st.st_mode):
+        check_dir(p, "(file)")
+        for f in _files(p):
+            check_trace_file(f)
+    else:
+        check_trace_file(p)
 
 
 def detect_format(path: Path) -> str:

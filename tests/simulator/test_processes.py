@@ -1,0 +1,225 @@
+"""Worker processes die with their parent (PR_SET_PDEATHSIG), Ctrl-C stops a pool at once,
+and the per-point cache of the validation runs (``run_cached``) reads back what it wrote."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from simulator.planner.executor import die_with_parent, stop_pool, worker_pool
+from simulator.specs.serving import ServingConfig
+from simulator.validation.points import benchmark_scenario
+from simulator.validation.run import run_cached, run_parallel
+
+REPO = Path(__file__).resolve().parents[2]
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux only")
+PR_GET_PDEATHSIG = 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
+POOL_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing as mp, sys, time
+    from simulator.planner.executor import worker_pool
+
+    pool = worker_pool(2, mp.get_context(sys.argv[1]))
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    while len(pool._processes) < 2:
+        time.sleep(0.01)
+    time.sleep(float(sys.argv[2]))  # let the workers reach their initializer
+    print(*pool._processes, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@linux
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_die_with_a_killed_parent(method: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POOL_SCRIPT, method, "3" if method == "spawn" else "0.5"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert len(workers) == 2
+    assert all(_alive(p) for p in workers)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    assert _gone_within(workers, 5) == []
+
+
+def _armed() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    sig = ctypes.c_int(0)
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(sig), 0, 0, 0)
+    ok = sig.value == signal.SIGKILL and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    os._exit(0 if ok else 3)
+
+
+def _initialised(parent: int, then: bool) -> None:
+    die_with_parent(parent)
+    if then:
+        _armed()
+    os._exit(0)
+
+
+@linux
+def test_initializer_arms_the_signal_and_closes_the_race() -> None:
+    ctx = mp.get_context("fork")
+    child = ctx.Process(target=_initialised, args=(os.getpid(), True))
+    child.start()
+    child.join(10)
+    assert child.exitcode == 0  # SIGKILL armed, Ctrl-C ignored
+    # a worker whose parent died before the prctl was armed: nothing would kill it, it exits
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    child = ctx.Process(target=_initialised, args=(gone.pid, False))
+    child.start()
+    child.join(10)
+    assert child.exitcode == 1
+
+
+def test_ctrl_c_kills_the_running_workers_at_once() -> None:
+    pool = worker_pool(2)
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]
+    while len(pool._processes) < 2:  # type: ignore[attr-defined]
+        time.sleep(0.01)
+    workers = list(pool._processes)  # type: ignore[attr-defined]
+    start = time.monotonic()
+    stop_pool(pool, KeyboardInterrupt())
+    assert time.monotonic() - start < 10
+    assert _gone_within(workers, 5) == []
+    assert all(f.done() for f in futures)
+
+
+CTRL_C_SCRIPT = textwrap.dedent(
+    """
+    import time
+    from simulator.validation.run import run_parallel
+
+    run_parallel(time.sleep, [60.0] * 4, lambda s: s, workers=2,
+                 on_result=lambda i, r: None)
+    """
+)
+
+
+@linux
+def test_ctrl_c_at_the_terminal_stops_everything_with_one_traceback() -> None:
+    """SIGINT to the whole process group (what a terminal's Ctrl-C sends): the workers ignore
+    it, the parent kills them and ends with its KeyboardInterrupt."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT], cwd=REPO, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        workers = [
+            int(d.name)
+            for d in Path("/proc").iterdir()
+            if d.name.isdigit() and _ppid(d) == proc.pid
+        ]
+        time.sleep(0.05)
+    assert len(workers) >= 2
+    time.sleep(1.0)  # the workers are in their task
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode != 0
+    assert err.count("Traceback") == 1
+    assert err.rstrip().endswith("KeyboardInterrupt")
+    assert _gone_within(workers, 5) == []
+
+
+def _ppid(d: Path) -> int:
+    try:
+        return int((d / "stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def test_run_parallel_keeps_the_input_order_and_reports_each_result() -> None:
+    items = [float(x) for x in range(9)]
+    seen: dict[int, float] = {}
+    done: list[int] = []
+    got = run_parallel(
+        math.sqrt, items, lambda x: x, workers=2,
+        progress=lambda n, total, _: done.append(n), on_result=seen.__setitem__,
+    )  # fmt: skip
+    assert got == [math.sqrt(x) for x in items]
+    assert seen == dict(enumerate(got))
+    assert done == list(range(1, 10))
+    with pytest.raises(ValueError, match="math domain error"):
+        run_parallel(math.sqrt, [4.0, -1.0, 9.0], lambda x: x, workers=2)
+
+
+@dataclass(frozen=True)
+class Result:
+    point: float
+    value: float
+    note: str | None = None
+
+
+CALLS: list[float] = []
+
+
+def _root(x: float) -> Result:
+    CALLS.append(x)
+    return Result(x, math.sqrt(x), "ok")
+
+
+def _scenario(x: float):  # type: ignore[no-untyped-def]
+    return benchmark_scenario(f"x {x}", "llama-3.1-8b", "h100", ServingConfig(tp=1), 8, 8, 1)
+
+
+def test_run_cached_reads_back_and_redoes_only_what_is_missing(tmp_path: Path) -> None:
+    items = [1.0, 4.0, 9.0]
+    CALLS.clear()
+    first = run_cached(_root, items, lambda x: x, _scenario, Result, tmp_path, workers=1)
+    assert items == CALLS
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 3
+    assert not list(tmp_path.glob(".*.tmp"))
+    CALLS.clear()
+    done: list[int] = []
+    again = run_cached(
+        _root, items, lambda x: x, _scenario, Result, tmp_path,
+        progress=lambda n, total, _: done.append(n),
+    )  # fmt: skip
+    assert again == first
+    assert CALLS == []
+    assert done == [3]
+    files[0].write_text('{"scenario": "x", "result": {"value": 2.0}}')  # fields missing
+    files[1].write_text('{"scenario": "x", "res')  # truncated
+    again = run_cached(_root, items, lambda x: x, _scenario, Result, tmp_path)
+    assert again == first
+    assert len(CALLS) == 2
+    CALLS.clear()
+    assert run_cached(_root, items, lambda x: x, _scenario, Result, None) == first
+    assert items == CALLS
