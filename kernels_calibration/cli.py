@@ -183,6 +183,7 @@ def measure_device(
     profile = _profile(device_dir)
     device = _torch_device(allow_cpu)  # before the modules that import torch: a clear line
     from kernels_calibration import bench, collectives, harness, shapes, timing
+
     names = models or (list(SMOKE_MODELS) if smoke else catalog.model_names())
     cards = [catalog.model_card(n) for n in names]
     tp_list = tps or ([8] if smoke else [1, 8])
