@@ -113,7 +113,7 @@ def test_predict_json_and_csv_to_stdout(tmp_path: Path) -> None:
 def test_predict_uses_a_fitted_model_and_flags_extrapolation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_tables: None
 ) -> None:
-    import simulator.cost.latency as latency
+    import hardware_profiles
 
     rng = np.random.default_rng(0)
     m = rng.integers(1, 512, 60)
@@ -128,7 +128,7 @@ def test_predict_uses_a_fitted_model_and_flags_extrapolation(
                         str(write_csv(tmp_path / "m.csv", meas)),
                         "--out", str(profiles / "h100" / "latency_models.json"))  # fmt: skip
     assert code == 0, err
-    monkeypatch.setattr(latency, "PROFILES_DIR", profiles)
+    monkeypatch.setattr(hardware_profiles, "PROFILES_DIR", profiles)
     rows = [
         {"op": "gemm", "dtype": "bf16", "m": 64, "n": 4096, "k": 4096},
         {"op": "gemm", "dtype": "bf16", "m": 100_000, "n": 4096, "k": 4096},
