@@ -322,7 +322,7 @@ class Replica:
             req.itl_end_s.append(end + delay)
             req.generated += steps
             req.last_token_s = end + delay
-            s.cache.commit(req.req_id, req.computed, s._new_output_hashes(req, req.computed))
+            s.cache.commit(req.req_id, req.computed, s.output_ids(req, req.computed))
             if req.generated >= req.request.output_tokens:
                 s.finish(req, end + delay)
                 finished.append(req)

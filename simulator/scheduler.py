@@ -177,6 +177,9 @@ class Scheduler:
         self.remote: RemoteKv | None = None  # disaggregation: reads from other replicas
         self.held: dict[int, int] = {}  # finished requests keeping their blocks -> blocks
         self.held_blocks = 0
+        # provisional output ids made when a request's blocks are freed, not as they fill:
+        # exact where nothing can read them before then (see ``lazy_output_ids``)
+        self.lazy_ids = False
 
     # ---------------------------------------------------------------- queue
 
@@ -221,6 +224,7 @@ class Scheduler:
         req.status = Status.FINISHED
         req.finish_s = token_s
         self.running.remove(req)
+        self._name_output_blocks(req)
         if req.keep_blocks:
             n = self.cache.num_blocks_of(req.req_id)
             self.held[req.req_id] = n
@@ -339,13 +343,24 @@ class Scheduler:
                 req.computed -= drafts - took
                 self._emit(req, took + 1, token_s)
             computed = min(req.computed, req.num_tokens)
-            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+            self.cache.commit(req.req_id, computed, self.output_ids(req, computed))
             # only a step that sampled can finish a request: one asking for no output tokens
             # still runs its whole prompt (its "first token" is then its finish)
             if sampled and req.generated >= req.request.output_tokens:
                 self.finish(req, token_s)
                 finished.append(req)
         return finished
+
+    def output_ids(self, req: ReqState, computed: int) -> list[int]:
+        """The output ids to commit with ``computed`` tokens: none yet when lazy."""
+        return [] if self.lazy_ids else self._new_output_hashes(req, computed)
+
+    def _name_output_blocks(self, req: ReqState) -> None:
+        """Lazy ids: before its blocks are freed, give a request's filled output blocks their
+        provisional ids (cached now, as they would have been when they filled)."""
+        if self.lazy_ids:
+            computed = min(req.computed, req.num_tokens)
+            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
 
     def _new_output_hashes(self, req: ReqState, computed: int) -> list[int]:
         """Provisional ids for blocks that ``computed`` tokens fill past the known ones."""
@@ -400,6 +415,7 @@ class Scheduler:
 
     def _preempt(self, req: ReqState) -> None:
         self.running.remove(req)
+        self._name_output_blocks(req)
         self.cache.free(req.req_id)
         req.computed = 0
         req.preemptions += 1
@@ -407,9 +423,32 @@ class Scheduler:
         self.waiting.appendleft(req)
 
 
+_MASK64 = (1 << 64) - 1
+_OUTPUT_SALT = scope_key("output")  # keeps provisional ids apart from every chain id's stream
+
+
+def lazy_output_ids(prefix_caching: bool, cpu_tier: bool, state_groups: int, disagg: bool) -> bool:
+    """Whether output ids can wait until a request's blocks are freed with the same answer.
+
+    A provisional id is unique to its request, so until the request frees its blocks (they
+    hold a reference: never evicted) nobody can hit them; caching a block earlier or at the
+    free puts it at the same place in the free queue. That holds unless something reads the
+    ids while the request runs: a CPU tier (offloads blocks as they fill, in order), recurrent
+    state (checkpoint pages keyed by block ids are freed and cached mid-request) or
+    disaggregation (the other pool reads a finished request's blocks). Without prefix caching
+    nothing is cached at all."""
+    return prefix_caching and not cpu_tier and state_groups == 0 and not disagg
+
+
 def output_block_id(req_id: int, index: int) -> int:
-    """A provisional 64-bit id for a block filled by a request's output (not a chain id)."""
-    return scope_key("output", req_id, index)
+    """A provisional 64-bit id for a block filled by a request's output (not a chain id):
+    the splitmix64 finaliser of (salt, request, block index), in plain integer arithmetic (a
+    fraction of a microsecond; a blake2b digest per block was a third of the engine loop on
+    long outputs). Distinct (request, index) pairs collide with probability ~2**-64."""
+    x = (_OUTPUT_SALT + req_id * 0x9E3779B97F4A7C15 + index * 0xD1B54A32D192ED03) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
 
 
 class RemoteKv(Protocol):

@@ -23,7 +23,7 @@ from simulator.memory import (
     plan_memory,
 )
 from simulator.metrics import Pools, Recorder, Summary, summarize
-from simulator.scheduler import ReqState, Scheduler, Status
+from simulator.scheduler import ReqState, Scheduler, Status, lazy_output_ids
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.scenario import Scenario, TraceWorkload
@@ -145,7 +145,11 @@ def acceptance_rate(serving: ServingConfig) -> float | None:
 
 
 def _replica_parts(
-    card: ModelCard, serving: ServingConfig, memory: MemoryReport, cost: StepCostModel
+    card: ModelCard,
+    serving: ServingConfig,
+    memory: MemoryReport,
+    cost: StepCostModel,
+    disaggregated: bool = False,
 ) -> ReplicaParts:
     from simulator.cache import CacheConfig, KVCacheManager
 
@@ -171,6 +175,9 @@ def _replica_parts(
         max_request_tokens=max_tokens,
         num_speculative_tokens=serving.num_speculative_tokens,
     )
+    scheduler.lazy_ids = lazy_output_ids(
+        config.prefix_caching, cache.cpu is not None, config.state_groups, disaggregated
+    )
     return ReplicaParts(
         scheduler=scheduler,
         cost=cost,
@@ -178,7 +185,7 @@ def _replica_parts(
         load_bytes=cache.load_bytes,  # type: ignore[arg-type]
         host_bw_bytes_per_s=device.host_link.bw_bytes_per_s,
         host_latency_s=device.host_link.latency_s,
-        blocks_used=lambda: cache.usage.used_blocks,
+        blocks_used=lambda: cache.pool.num_used,
     )
 
 
@@ -243,7 +250,7 @@ def simulate(
 
     def replica(serving: ServingConfig, memory: MemoryReport) -> ReplicaParts:
         cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
-        return _replica_parts(card, serving, memory, cost)
+        return _replica_parts(card, serving, memory, cost, scenario.disaggregation is not None)
 
     d = scenario.disaggregation
     prefill_memory = pools = spec = None

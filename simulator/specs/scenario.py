@@ -72,8 +72,9 @@ class _Generated(_Replay):
 
 class RandomPromptWorkload(Spec):
     """InferenceX-style random prompts: lengths uniform integers in [floor(x*r), x] for the
-    ISL and the OSL (``sample_random_requests`` of the benchmark_serving.py InferenceMAX v1 ran,
-    ``--random-range-ratio 0.8``), no prefix reuse.
+    ISL and the OSL (``sample_random_requests`` of the benchmark_serving.py InferenceMAX v1
+    ran, ``--random-range-ratio 0.8``; ``output_range_ratio``, when given, is the OSL's r),
+    no prefix reuse.
 
     Closed loop with ``concurrency`` requests in flight (InferenceX ``--max-concurrency``,
     request rate inf), or Poisson arrivals at ``request_rate_per_s``.
@@ -83,6 +84,7 @@ class RandomPromptWorkload(Spec):
     input_tokens: Tokens
     output_tokens: Tokens
     range_ratio: float = Field(default=0.8, ge=0, le=1)
+    output_range_ratio: float | None = Field(default=None, ge=0, le=1)  # None: range_ratio
     num_requests: Annotated[
         PositiveInt,
         at_most(limits.MAX_GENERATED_REQUESTS, "requests of the random generator"),

@@ -115,8 +115,10 @@ def generator_source(
     input_tokens: int = 1024,
     output_tokens: int = 1024,
     range_ratio: float = 0.8,
+    output_range_ratio: float | None = None,
 ) -> Source:
-    """A built-in generator: ``agentic``, ``chat`` or ``random`` (ISL/OSL/range ratio)."""
+    """A built-in generator: ``agentic``, ``chat`` or ``random`` (ISL/OSL/range ratios; the
+    output's is the input's unless given)."""
     if sessions < 1:
         raise SpecError("(arguments)", "sessions", f"must be at least 1, got {sessions}")
     check_seed(seed)
@@ -142,7 +144,9 @@ def generator_source(
             name,
             name,
             64,
-            lambda: random_sessions(sessions, input_tokens, output_tokens, range_ratio, seed),
+            lambda: random_sessions(
+                sessions, input_tokens, output_tokens, range_ratio, seed, output_range_ratio
+            ),
             timed=False,
             has_sessions=False,
             has_prefix=False,
@@ -169,6 +173,7 @@ def source_for_spec(spec: WorkloadSpecs, seed: int, base_dir: str | Path = ".") 
             spec.input_tokens,
             spec.output_tokens,
             spec.range_ratio,
+            spec.output_range_ratio,
         )
     return generator_source(spec.kind, spec.sessions, seed)
 

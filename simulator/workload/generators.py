@@ -181,6 +181,7 @@ def random_sessions(
     output_tokens: int,
     range_ratio: float,
     seed: int,
+    output_range_ratio: float | None = None,
 ) -> Iterator[Session]:
     """InferenceX random prompts: one-request sessions, no prefix reuse.
 
@@ -188,9 +189,12 @@ def random_sessions(
     the ``sample_random_requests`` of the benchmark_serving/bench_serving scripts InferenceMAX
     v1 ran with ``--random-range-ratio 0.8`` (SGLang: "0.5 means lengths are sampled from
     [input_len * 0.5, input_len]"). Newer ``vllm bench serve`` samples [x(1-r), x(1+r)].
+    ``output_range_ratio`` (default: ``range_ratio``) sets the OSL's own range (Vidur's
+    reference workload: ISL in [2048, 8192], OSL in [512, 1024]).
     """
     rng = np.random.default_rng(seed)
-    lo_in, lo_out = int(input_tokens * range_ratio), int(output_tokens * range_ratio)
+    out_ratio = range_ratio if output_range_ratio is None else output_range_ratio
+    lo_in, lo_out = int(input_tokens * range_ratio), int(output_tokens * out_ratio)
     chunk = 4096
     for start in range(0, num_requests, chunk):
         n = min(chunk, num_requests - start)

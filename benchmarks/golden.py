@@ -1,0 +1,92 @@
+"""Golden summaries: the engine's answers on six scenarios, kept to show that a speed change
+changed no result.
+
+The scenarios (``benchmarks/golden/*.yaml``) cover the paths an optimisation can break: a
+hybrid agentic replay with a host tier (offload), DCP, speculative decoding, prefill/decode
+disaggregation with send-back, DP-replicated random prompts, and Vidur's reference workload.
+``--write`` stores each summary as ``benchmarks/golden/<name>.json``; without it each run is
+compared with the stored one: integers and strings exactly, floats within ``--rtol``
+(default 1e-9: bit-for-bit up to the order of floating-point sums).
+
+Run:  .venv/bin/python benchmarks/golden.py [--write] [--rtol 1e-9] [NAME ...]
+Prints one line per scenario (wall time, differences) and exits 1 when any differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from simulator.simulation import simulate
+from simulator.specs import Scenario
+from simulator.specs.loading import load
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SKIP = {"wall_s"}  # the one field that measures the machine, not the model
+
+
+def summary(path: Path) -> tuple[dict[str, Any], float]:
+    scenario = load(Scenario, path)
+    t0 = time.perf_counter()
+    result = simulate(scenario, base_dir=path.parent)
+    wall = time.perf_counter() - t0
+    data = json.loads(result.summary.model_dump_json())
+    return {k: v for k, v in data.items() if k not in SKIP}, wall
+
+
+def differences(got: Any, want: Any, rtol: float, where: str = "") -> list[str]:
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = []
+        for k in sorted(set(want) | set(got)):
+            if k not in got or k not in want:
+                out.append(f"{where}{k}: only in {'the golden' if k in want else 'this run'}")
+            else:
+                out += differences(got[k], want[k], rtol, f"{where}{k}.")
+        return out
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        if math.isclose(got, want, rel_tol=rtol, abs_tol=1e-12):
+            return []
+        return [f"{where.rstrip('.')}: {got!r} != {want!r} ({got / want - 1:+.2e})" if want
+                else f"{where.rstrip('.')}: {got!r} != {want!r}"]  # fmt: skip
+    return [] if got == want else [f"{where.rstrip('.')}: {got!r} != {want!r}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="scenario stems (default: all)")
+    parser.add_argument("--write", action="store_true", help="store the summaries as golden")
+    parser.add_argument("--rtol", type=float, default=1e-9)
+    args = parser.parse_args()
+    paths = sorted(GOLDEN.glob("*.yaml"))
+    if args.names:
+        paths = [p for p in paths if p.stem in args.names]
+    failed = 0
+    for path in paths:
+        got, wall = summary(path)
+        target = path.with_suffix(".json")
+        if args.write:
+            target.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+            print(f"{path.stem:24s} {wall:6.2f} s  written")
+            continue
+        if not target.exists():
+            print(f"{path.stem:24s} {wall:6.2f} s  no golden (run with --write)")
+            failed += 1
+            continue
+        diff = differences(got, json.loads(target.read_text()), args.rtol)
+        failed += bool(diff)
+        print(f"{path.stem:24s} {wall:6.2f} s  {'same' if not diff else f'{len(diff)} differ'}")
+        for line in diff[:20]:
+            print(f"    {line}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
