@@ -113,6 +113,13 @@ class ReqState:
     prefill_preemptions: int = 0
     prefill_done_s: float | None = None  # the prefill side's result reached the proxy
     kv_ready_s: float | None = None  # the decode side's read of the prefill KV landed
+    # copies of the request's fields, read in every step (plain slots, not properties)
+    req_id: int = field(init=False)
+    prompt_tokens: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.req_id = self.request.request_id
+        self.prompt_tokens = self.request.prompt_tokens
 
     @property
     def all_hashes(self) -> tuple[int, ...]:
@@ -120,17 +127,9 @@ class ReqState:
         return self.block_hashes + tuple(self.output_hashes)
 
     @property
-    def req_id(self) -> int:
-        return self.request.request_id
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.request.prompt_tokens
-
-    @property
     def num_tokens(self) -> int:
         """Tokens the KV cache must hold: prompt plus generated output."""
-        return self.request.prompt_tokens + self.generated
+        return self.prompt_tokens + self.generated
 
     @property
     def prefilling(self) -> bool:
@@ -250,21 +249,28 @@ class Scheduler:
         self.land(now_s)
 
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            num_new = self._num_new(req, budget)
+        running, k, grow = self.running, self.k, self.cache.grow
+        while i < len(running) and budget > 0:
+            req = running[i]
+            total = req.prompt_tokens + req.generated  # num_tokens, inlined (hot loop)
+            computed = req.computed
+            if computed >= total:
+                i += 1
+                continue
+            decode = computed >= total - 1 and req.generated > 0  # not prefilling
+            num_new = min(1 + k, budget) if decode else self._num_new(req, budget)
             if num_new <= 0:
                 i += 1
                 continue
-            while not self.cache.grow(req.req_id, req.computed + num_new + self.k):
-                victim = self.running[-1]
+            while not grow(req.req_id, computed + num_new + k):
+                victim = running[-1]
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
                     break
             if req.status is not Status.RUNNING:
                 continue  # it preempted itself
-            entries.append((req, num_new, req.computed, not req.prefilling))
+            entries.append((req, num_new, computed, decode))
             budget -= num_new
             i += 1
 

@@ -51,6 +51,14 @@ class StepOps:
         self.t = float(model.padded(shape))
         self.prefix = ""  # "draft." while the drafter's passes are recorded
         self.drafting: Category | None = None
+        # rows and collectives whose numbers depend on the step's context sums (attention
+        # cores), not only on its token counts: ``simulator.cost.compiled`` prices the rest
+        # once per token-count key. ``static_off``: record only those (a template holds the rest)
+        self.dyn: list[bool] = []
+        self.dyn_colls: list[bool] = []
+        self.static_off = False
+        self.row_totals_cache: NDArray[np.float64] = np.zeros(0)  # what finish() priced
+        self.coll_totals_cache: NDArray[np.float64] = np.zeros(0)
 
     # ---------------------------------------------------------------- recording
 
@@ -64,21 +72,32 @@ class StepOps:
         peak: float,
         curve: Curve | None = None,
         at: tuple[float, ...] = (),
+        dynamic: bool = False,
     ) -> None:
-        if count > 0:
+        if count > 0 and (dynamic or not self.static_off):
             b = float(work.bytes)
             k = work.kernels if b > 0 else 0.0
             cat_i = self.cat_index[self.drafting or cat]
             self.rows.append((self.prefix + name, cls, cat_i, count, float(work.flops), b, k, peak))
+            self.dyn.append(dynamic)
             if curve is not None:
                 self.curves[len(self.rows) - 1] = (curve, at)
 
     def collective(
-        self, name: str, cls: OpClass, count: float, bytes_per_rank: float, world: int
+        self,
+        name: str,
+        cls: OpClass,
+        count: float,
+        bytes_per_rank: float,
+        world: int,
+        dynamic: bool = False,
     ) -> None:
+        if self.static_off and not dynamic:
+            return
         if count > 0 and world > 1 and bytes_per_rank > 0:
             curve = self.look.collective(self.prefix + name, cls, float(world))
             self.colls.append((self.prefix + name, cls, count, bytes_per_rank, float(world), curve))
+            self.dyn_colls.append(dynamic)
 
     def gemm(
         self,
@@ -89,14 +108,17 @@ class StepOps:
         n: float,
         k: float,
         group: ModuleGroup,
+        dynamic: bool = False,
     ) -> None:
         """A plain GEMM of ``group``'s weights: the measured GEMM table where there is one."""
+        if self.static_off and not dynamic:
+            return
         if count > 0 and m > 0:
             w, peak = self.wbytes(group), self.peak(group)
             work = ops.gemm(m, n, k, w)
             precision = precision_of(self.m.card, self.m.serving, group)
             curve = self.look.gemm(self.prefix + name, precision, n, k)
-            self.add(name, "gemm", cat, count, work, peak, curve, (m,))
+            self.add(name, "gemm", cat, count, work, peak, curve, (m,), dynamic)
             if self.want_shapes:
                 self.shapes[len(self.rows) - 1] = (m, n, k, w)
 
@@ -211,7 +233,7 @@ class StepOps:
             work = ops.mla_decode(s.num_decodes, per_req_kv, h * dcp, kv_tok, td / s.num_decodes)
             self.add(
                 "mla.decode_attention", "mla_decode", "attention", n, work, bf16,
-                core_dec, (td, per_req_kv),
+                core_dec, (td, per_req_kv), True,
             )  # fmt: skip
             self.add(
                 "mla.w_uv", "gemm", "attention", n,
@@ -228,7 +250,7 @@ class StepOps:
             isl = causal_length(s.prefill_pairs, s.num_prefills)
             self.add(
                 "mla.prefill_attention", "mla_prefill", "attention", n, work, bf16,
-                core_pre, (float(s.num_prefills), isl),
+                core_pre, (float(s.num_prefills), isl), True,
             )  # fmt: skip
             prefix_tokens = s.prefill_kv - s.num_prefills * isl
             if core_pre is not None and prefix_tokens > 0:
@@ -236,11 +258,11 @@ class StepOps:
                 kv_out = h * (mla.qk_nope_head_dim + mla.v_head_dim)
                 self.gemm(
                     "mla.kv_b_context", "attention", n, prefix_tokens, kv_out, mla.kv_lora_rank,
-                    "attention",
+                    "attention", True,
                 )  # fmt: skip
             if dcp > 1:
                 ctx_shard = (s.prefill_kv - s.prefill_tokens) / dcp * kv_tok
-                self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp)
+                self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp, True)
         if mla.output_gate:
             self.gemm("mla.output_gate", "attention", n, t, h * mla.v_head_dim, d, "attention")
         self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, "attention")
@@ -282,7 +304,7 @@ class StepOps:
             )
             self.add(
                 name + "decode_attention", "attn_decode", "attention", n, work, bf16,
-                curve, (float(s.decode_tokens), min(per_req, window)),
+                curve, (float(s.decode_tokens), min(per_req, window)), True,
             )  # fmt: skip
             if kind == "sparse_gqa" and g.index_num_heads and g.index_head_dim:
                 # the indexer scores every cached token with its own small keys
@@ -291,7 +313,7 @@ class StepOps:
                     max(g.index_num_heads / tp, 1.0), max(g.index_num_heads / tp, 1.0),
                     g.index_head_dim / 2, kvb, q,
                 )  # fmt: skip
-                self.add(name + "indexer", "attn_decode", "attention", n, idx, bf16)
+                self.add(name + "indexer", "attn_decode", "attention", n, idx, bf16, dynamic=True)
             if dcp > 1:
                 td = float(s.decode_tokens)
                 self.collective(name + "dcp_q_allgather", "allgather", n, td * h * hd * 2, dcp)
@@ -314,8 +336,9 @@ class StepOps:
             )
             at = (float(s.num_prefills), causal_length(pairs, s.num_prefills))
             self.add(
-                name + "prefill_attention", "attn_prefill", "attention", n, work, bf16, curve, at
-            )
+                name + "prefill_attention", "attn_prefill", "attention", n, work, bf16, curve, at,
+                True,
+            )  # fmt: skip
         self.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
 
     def _linear(self, n: float) -> None:
@@ -446,62 +469,71 @@ class StepOps:
 
     # ---------------------------------------------------------------- pricing
 
+    def row_totals(self) -> NDArray[np.float64]:
+        """Seconds x count of every recorded row (tallied by source)."""
+        lat = self.m.latency
+        _, classes, _, counts, flops, bytes_, kernels, peaks = zip(*self.rows, strict=True)
+        kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
+        shapes = None
+        if self.want_shapes:
+            shapes = np.full((len(classes), 4), np.nan)
+            for i, shape in self.shapes.items():
+                shapes[i] = shape
+        rest = [i for i in range(len(classes)) if i not in self.curves]
+        secs = np.empty(len(classes))
+        if rest:
+            idx = np.array(rest)
+            secs[idx] = lat.compute_seconds_mixed(
+                [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
+                np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
+            )  # fmt: skip
+        for i, (curve, at) in self.curves.items():
+            secs[i] = curve.seconds(*at)
+        total: NDArray[np.float64] = secs * np.array(counts)
+        self._account(total, [(i, classes[i]) for i in rest], self.curves)
+        return total
+
     def finish(self, detail: bool) -> StepCost:
         m = self.m
-        lat = m.latency
         per_cat = np.zeros(len(CATEGORIES))
         lines: list[OpLine] = []
         gpu = 0.0
         if self.rows:
-            names, classes, cats, counts, flops, bytes_, kernels, peaks = zip(
-                *self.rows, strict=True
-            )
-            kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
-            shapes = None
-            if self.want_shapes:
-                shapes = np.full((len(classes), 4), np.nan)
-                for i, shape in self.shapes.items():
-                    shapes[i] = shape
-            rest = [i for i in range(len(classes)) if i not in self.curves]
-            secs = np.empty(len(classes))
-            if rest:
-                idx = np.array(rest)
-                secs[idx] = lat.compute_seconds_mixed(
-                    [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
-                    np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
-                )  # fmt: skip
-            for i, (curve, at) in self.curves.items():
-                secs[i] = curve.seconds(*at)
-            total = secs * np.array(counts)
-            self._account(total, [(i, classes[i]) for i in rest], self.curves)
+            total = self.row_totals_cache = self.row_totals()
+            cats = [r[2] for r in self.rows]
             per_cat += np.bincount(cats, weights=total, minlength=len(CATEGORIES))
             gpu += float(total.sum())
             if detail:
-                cat_names = [CATEGORIES[c] for c in cats]
                 lines += [
-                    OpLine(*row)
-                    for row in zip(
-                        names,
-                        classes,
-                        cat_names,
-                        counts,
-                        flops,
-                        bytes_,
-                        total.tolist(),
-                        strict=True,
+                    OpLine(name, cls, CATEGORIES[cat], count, flops, b, sec)
+                    for (name, cls, cat, count, flops, b, _, _), sec in zip(
+                        self.rows, total.tolist(), strict=True
                     )
                 ]
         if self.fused:
-            launches = (
-                FUSED_KERNELS_PER_LAYER * m.card.layers.count * m.device.roofline.kernel_launch_s
-            )
+            launches = self.fused_launch_s()
             per_cat[self.cat_index["overhead"]] += launches
             gpu += launches
         if self.colls:
-            comm = self._collectives(lines if detail else None)
+            coll = self.coll_totals_cache = self.collective_totals()
+            comm = float(coll.sum())
+            if detail:
+                lines += [
+                    OpLine(nm, cl, "communication", c, 0.0, b, sec)
+                    for (nm, cl, c, b, _, _), sec in zip(self.colls, coll.tolist(), strict=True)
+                ]
             per_cat[self.cat_index["communication"]] += comm
             gpu += comm
         cpu = m.cpu_seconds(self.s) if self.rows else 0.0
+        return self.cost(gpu, cpu, per_cat, tuple(lines))
+
+    def fused_launch_s(self) -> float:
+        m = self.m
+        return FUSED_KERNELS_PER_LAYER * m.card.layers.count * m.device.roofline.kernel_launch_s
+
+    def cost(
+        self, gpu: float, cpu: float, per_cat: NDArray[np.float64], lines: tuple[OpLine, ...]
+    ) -> StepCost:
         step = max(gpu, cpu)
         per_cat[self.cat_index["overhead"]] += step - gpu
         return StepCost(
@@ -510,7 +542,7 @@ class StepOps:
             cpu_s=cpu,
             breakdown_s=dict(zip(CATEGORIES, per_cat.tolist(), strict=True)),
             padded_tokens=int(self.t),
-            lines=tuple(lines),
+            lines=lines,
         )
 
     def _account(
@@ -540,9 +572,10 @@ class StepOps:
             )
             tally[label] += float(total[i])
 
-    def _collectives(self, lines: list[OpLine] | None) -> float:
+    def collective_totals(self) -> NDArray[np.float64]:
+        """Seconds x count of every recorded collective (tallied by source)."""
         lat = self.m.latency
-        names, classes, counts, sizes, worlds, curves = zip(*self.colls, strict=True)
+        _, classes, counts, sizes, worlds, curves = zip(*self.colls, strict=True)
         secs = [0.0] * len(curves)
         rest = [i for i, c in enumerate(curves) if c is None]
         if rest:
@@ -561,15 +594,8 @@ class StepOps:
             if curve is not None:
                 t = curve.seconds(sizes[i])
                 secs[i] = max(t - zero[i], 0.0) if self.fused else t
-        total = np.array(secs) * np.array(counts)
+        total: NDArray[np.float64] = np.array(secs) * np.array(counts)
         self._account(
             total, [(i, classes[i]) for i, c in enumerate(curves) if c is None], list(curves)
         )
-        if lines is not None:
-            lines += [
-                OpLine(nm, cl, "communication", c, 0.0, b, sec)
-                for nm, cl, c, b, sec in zip(
-                    names, classes, counts, sizes, total.tolist(), strict=True
-                )
-            ]
-        return float(total.sum())
+        return total

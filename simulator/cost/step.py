@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cost import ops
+from simulator.cost.compiled import CompiledPricer
 from simulator.cost.latency import LatencyModels
 from simulator.cost.layers import StepOps
 from simulator.cost.lookups import Lookups
@@ -108,6 +109,8 @@ class StepCostModel:
         self.card, self.device, self.serving = card, device, serving
         self.latency = latency or LatencyModels.for_device(device)
         self.lookups = Lookups(self.latency.tables, card, serving, self.latency.calibrated)
+        self.use_templates = True
+        self.pricer = CompiledPricer(self)
         self.decode_query_len = 1 + serving.num_speculative_tokens
         self.graph_sizes = cuda_graph_sizes(max_num_seqs, self.decode_query_len)
         kinds = card.layer_kinds
@@ -159,6 +162,10 @@ class StepCostModel:
         return self.step(new_tokens, context_tokens).seconds
 
     def price(self, shape: StepShape, detail: bool = False) -> StepCost:
+        """The step's cost: through the per-key templates (``simulator.cost.compiled``)
+        unless ``detail`` (the op lines) is asked for or ``use_templates`` is off."""
+        if not detail and self.use_templates:
+            return self.pricer.price(shape)
         builder = StepOps(self, shape)
         builder.build()
         return builder.finish(detail)

@@ -1,0 +1,183 @@
+"""Step pricing compiled per token-count key: the ops that do not see the context priced once.
+
+A step's op lines split in two. Most (projections, MLP / MoE, norms, the LM head, the
+collectives) depend only on the step's token counts: the number of decodes and their tokens,
+the number of prefill chunks and theirs (``Key``). The attention cores (and the few lines
+sized by the cached context: MLA's ``kv_b`` re-projection, DCP's prefill all-gather) depend on
+the context sums too, which differ in every step. So the first step of each key is priced in
+full (``StepOps``) and remembered as a :class:`Template`: every line's seconds, and where the
+context-dependent lines sit. A later step of that key records and prices only those lines
+(``StepOps.static_off``) and drops them into the template's places; the sums then run over
+the same lines in the same order, so the price is the one the full path gives, to the last
+bit in practice (the context lines go through the same vectorised formulas in a shorter
+array; see ``benchmarks/golden.py``).
+
+The latency models' bookkeeping (queries, extrapolations, seconds by source, the measured
+curves' query counts) advances by the template's share of them on every reuse, measured when
+the template was made.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from simulator.cost.layers import StepOps
+from simulator.cost.shapes import CATEGORIES, StepCost, StepShape
+
+if TYPE_CHECKING:
+    from simulator.cost.step import StepCostModel
+    from simulator.measured.lookup import Curve
+
+Key = tuple[int, int, int, int]
+MAX_TEMPLATES = 20_000  # keys of one run: a few thousand at most; a bound on memory
+
+
+@dataclass(slots=True)
+class _Counts:
+    """The latency models' bookkeeping at one moment (or a difference of two)."""
+
+    queries: Counter[str]
+    extrapolations: Counter[str]
+    by_source: dict[str, float]
+    curves: dict[int, tuple[Curve, int, int]]  # id -> (curve, queries, outside)
+
+    @classmethod
+    def now(cls, model: StepCostModel, curves: list[Curve]) -> _Counts:
+        lat = model.latency
+        return cls(
+            Counter(lat.queries),
+            Counter(lat.extrapolations),
+            dict(lat.seconds_by_source),
+            {id(c): (c, c.queries, c.outside) for c in curves},
+        )
+
+    def minus(self, other: _Counts) -> _Counts:
+        q, e = Counter(self.queries), Counter(self.extrapolations)
+        q.subtract(other.queries)
+        e.subtract(other.extrapolations)
+        src = {k: v - other.by_source.get(k, 0.0) for k, v in self.by_source.items()}
+        curves = {
+            k: (c, n - other.curves[k][1], o - other.curves[k][2])
+            for k, (c, n, o) in self.curves.items()
+        }
+        return _Counts(q, e, src, curves)
+
+    def add_to(self, model: StepCostModel, sign: int = 1) -> None:
+        lat = model.latency
+        for k, v in self.queries.items():
+            if v:
+                lat.queries[k] += sign * v
+        for k, v in self.extrapolations.items():
+            if v:
+                lat.extrapolations[k] += sign * v
+        for src, secs in self.by_source.items():
+            if secs:
+                lat.seconds_by_source[src] += sign * secs
+        for c, n, o in self.curves.values():
+            c.queries += sign * n
+            c.outside += sign * o
+
+
+@dataclass(slots=True)
+class Template:
+    """One key's full pricing: per-line totals, and the places of the context lines."""
+
+    total: NDArray[np.float64]  # every row's seconds x count (context rows overwritten)
+    cats: NDArray[np.int64]
+    dyn_rows: NDArray[np.int64]  # positions of the context rows, in recording order
+    coll_total: NDArray[np.float64]
+    dyn_colls: NDArray[np.int64]
+    had_rows: bool
+    fused: bool
+    static: _Counts  # bookkeeping of the lines the template stands for
+
+
+def _curves(ops: StepOps) -> list[Curve]:
+    out = [c for c, _ in ops.curves.values()]
+    return out + [c[5] for c in ops.colls if c[5] is not None]
+
+
+class CompiledPricer:
+    """``price(shape)`` of one ``StepCostModel`` through per-key templates."""
+
+    def __init__(self, model: StepCostModel) -> None:
+        self.m = model
+        # per key, per set of context lines (MLA's kv_b re-projection runs only when a chunk
+        # has cached context): the template
+        self.templates: dict[tuple[Key, tuple[str, ...], tuple[str, ...]], Template] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def price(self, shape: StepShape) -> StepCost:
+        key = (shape.num_decodes, shape.decode_tokens, shape.num_prefills, shape.prefill_tokens)
+        dyn = StepOps(self.m, shape)
+        dyn.static_off = True
+        dyn.build()
+        names = tuple(r[0] for r in dyn.rows)
+        full_key = (key, names, tuple(c[0] for c in dyn.colls))
+        tpl = self.templates.get(full_key)
+        if tpl is not None:
+            self.hits += 1
+            tpl.static.add_to(self.m)
+            return self._reuse(tpl, dyn)
+        self.misses += 1
+        return self._full(full_key, shape, dyn)
+
+    def _full(
+        self, key: tuple[Key, tuple[str, ...], tuple[str, ...]], shape: StepShape, dyn: StepOps
+    ) -> StepCost:
+        """Price in full, and keep what a template needs (its share of the bookkeeping: the
+        full pricing's less that of its context lines, priced once more and taken back)."""
+        full = StepOps(self.m, shape)
+        full.build()
+        before = _Counts.now(self.m, _curves(full))
+        cost = full.finish(False)
+        after = _Counts.now(self.m, _curves(full))
+        if dyn.rows:
+            dyn.row_totals()
+        if dyn.colls:
+            dyn.collective_totals()
+        dyn_counts = _Counts.now(self.m, _curves(full)).minus(after)
+        dyn_counts.add_to(self.m, -1)
+        if len(self.templates) >= MAX_TEMPLATES:
+            self.templates.clear()
+        total = full.row_totals_cache if full.rows else np.zeros(0)
+        self.templates[key] = Template(
+            total=total,
+            cats=np.array([r[2] for r in full.rows], dtype=np.int64),
+            dyn_rows=np.flatnonzero(np.array(full.dyn, dtype=bool)),
+            coll_total=full.coll_totals_cache if full.colls else np.zeros(0),
+            dyn_colls=np.flatnonzero(np.array(full.dyn_colls, dtype=bool)),
+            had_rows=bool(full.rows),
+            fused=full.fused,
+            static=after.minus(before).minus(dyn_counts),
+        )
+        return cost
+
+    def _reuse(self, tpl: Template, dyn: StepOps) -> StepCost:
+        per_cat = np.zeros(len(CATEGORIES))
+        gpu = 0.0
+        if tpl.had_rows:
+            total = tpl.total.copy()
+            if dyn.rows:
+                total[tpl.dyn_rows] = dyn.row_totals()
+            per_cat += np.bincount(tpl.cats, weights=total, minlength=len(CATEGORIES))
+            gpu += float(total.sum())
+        if tpl.fused:
+            launches = dyn.fused_launch_s()
+            per_cat[dyn.cat_index["overhead"]] += launches
+            gpu += launches
+        if len(tpl.coll_total):
+            coll = tpl.coll_total.copy()
+            if dyn.colls:
+                coll[tpl.dyn_colls] = dyn.collective_totals()
+            comm = float(coll.sum())
+            per_cat[dyn.cat_index["communication"]] += comm
+            gpu += comm
+        cpu = self.m.cpu_seconds(dyn.s) if tpl.had_rows else 0.0
+        return dyn.cost(gpu, cpu, per_cat, ())

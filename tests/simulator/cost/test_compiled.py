@@ -1,0 +1,84 @@
+"""Step pricing through per-key templates (``simulator.cost.compiled``) gives the price of
+the full path, for steps whose context sums differ from the step the template was made on,
+and keeps the latency models' bookkeeping as the full path would."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator import catalog
+from simulator.cost.shapes import StepShape
+from simulator.cost.step import StepCostModel
+from simulator.specs import ServingConfig
+
+CASES = [  # (model, device, serving): MLA + KDA hybrid, DCP, SWA, spec decode, dense GQA
+    ("kimi-k3", "mi355x", {"tp": 8}),
+    ("kimi-k3", "b300", {"tp": 8, "dcp": 8}),
+    ("deepseek-v3", "h200", {"tp": 8, "dcp": 4}),
+    ("gpt-oss-120b", "b200", {"tp": 2}),
+    ("llama-3.3-70b", "h100", {"tp": 8, "fused_decode_kernels": True}),
+    ("llama-3.3-70b", "h200", {"tp": 4, "speculative": {
+        "method": "eagle", "num_speculative_tokens": 3, "acceptance_rate": 0.7}}),
+    ("qwen3-235b-a22b-fp8", "h100", {"tp": 4, "ep": 4}),
+]  # fmt: skip
+
+
+def _shape(rng: np.random.Generator, key: tuple[int, int, int, int]) -> StepShape:
+    """A step of the key's token counts with random contexts."""
+    nd, dt, np_, pt = key
+    dec = rng.integers(1, 200_000, size=nd).astype(float) + dt / max(nd, 1)
+    new = np.full(np_, pt / max(np_, 1))
+    ctx = rng.integers(0, 100_000, size=np_).astype(float) * rng.integers(0, 2, size=np_)
+    kv = ctx + new
+    return StepShape(
+        num_decodes=nd, decode_tokens=dt, decode_kv=float(dec.sum()),
+        decode_kv_window=float(np.minimum(dec, 4096).sum()),
+        decode_kv_sparse=float(np.minimum(dec, 2048).sum()),
+        num_prefills=np_, prefill_tokens=pt, prefill_kv=float(kv.sum()),
+        prefill_kv_window=float(np.minimum(kv, new + 4096).sum()),
+        prefill_pairs=float((new * ctx + new * (new + 1) / 2).sum()),
+        prefill_pairs_window=float(np.minimum(new * ctx + new * (new + 1) / 2, new * 4096).sum()),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("model", "device", "serving"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES]
+)
+def test_templates_price_as_the_full_path(model: str, device: str, serving: dict) -> None:
+    card, profile = catalog.model_card(model), catalog.hardware_profile(device)
+    cfg = ServingConfig.model_validate(serving)
+    k = cfg.num_speculative_tokens
+    compiled = StepCostModel(card, profile, cfg)
+    full = StepCostModel(card, profile, cfg)
+    full.use_templates = False
+    rng = np.random.default_rng(0)
+    keys = [(64, 64 * (1 + k), 0, 0), (0, 0, 1, 2048), (100, 100 * (1 + k), 2, 1948),
+            (1, 1 + k, 1, 8000), (7, 7 * (1 + k), 3, 300)]  # fmt: skip
+    for _ in range(4):  # the first of each key makes its template, the others reuse it
+        for key in keys:
+            shape = _shape(rng, key)
+            a, b = compiled.price(shape), full.price(shape)
+            assert a.seconds == pytest.approx(b.seconds, rel=1e-12)
+            assert a.gpu_s == pytest.approx(b.gpu_s, rel=1e-12)
+            for cat, secs in b.breakdown_s.items():
+                assert a.breakdown_s[cat] == pytest.approx(secs, rel=1e-9, abs=1e-15), cat
+    # one template per key (MLA: two, with and without cached context to re-project)
+    n_templates = 2 * len(keys) if card.mla else len(keys)
+    assert compiled.pricer.misses <= n_templates
+    assert compiled.pricer.hits == 4 * len(keys) - compiled.pricer.misses
+    assert compiled.latency.queries == full.latency.queries
+    assert compiled.latency.extrapolations == full.latency.extrapolations
+    for src, secs in full.latency.seconds_by_source.items():
+        assert compiled.latency.seconds_by_source[src] == pytest.approx(secs, rel=1e-9)
+
+
+def test_a_step_of_another_context_is_not_priced_from_the_template() -> None:
+    """The context lines are priced for each step: a longer context costs more."""
+    m = StepCostModel(catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100"),
+                      ServingConfig(tp=8))  # fmt: skip
+    short = StepShape(num_decodes=64, decode_tokens=64, decode_kv=64 * 1_000.0)
+    long = StepShape(num_decodes=64, decode_tokens=64, decode_kv=64 * 100_000.0)
+    a, b = m.price(short), m.price(long)
+    assert m.pricer.hits == 1
+    assert b.breakdown_s["attention"] > 10 * a.breakdown_s["attention"]
