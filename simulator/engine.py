@@ -38,6 +38,7 @@ from simulator.workload.replay import Due, Replay
 from simulator.workload.request import Request
 
 MAX_FAST_FORWARD = 256
+ACCEPT_BLOCK = 4096  # uniforms drawn at a time for speculative acceptance
 PROGRESS_EVERY_S = 0.25  # wall seconds between progress reports while nothing finishes
 ProcessGenerator = Generator[simpy.Event, object, None]
 RouterPolicy = Literal["round_robin", "least_loaded", "session_affinity"]
@@ -363,6 +364,8 @@ class Engine:
         self.replay = replay
         self.recorder = Recorder()
         self.rng = np.random.default_rng(seed)
+        self._uniforms: list[float] = []  # drawn, not yet used (``_accept``)
+        self._next_uniform = 0
         self.acceptance_rate = acceptance_rate
         accept = self._accept if acceptance_rate is not None else None
         self.duration_s = duration_s
@@ -393,10 +396,22 @@ class Engine:
         self.router = Router(self.replicas, router)
 
     def _accept(self, drafts: int) -> int:
-        """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run."""
-        assert self.acceptance_rate is not None
-        draws = self.rng.random(drafts) < self.acceptance_rate
-        return int(np.argmin(draws)) if not draws.all() else drafts
+        """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run.
+
+        The uniforms come from the seeded generator in blocks of ``ACCEPT_BLOCK`` and are
+        used in order: the same stream as one ``rng.random(drafts)`` per verify (the
+        generator's doubles are consecutive outputs), without numpy's per-call cost."""
+        a = self.acceptance_rate
+        assert a is not None
+        u, i = self._uniforms, self._next_uniform
+        if i + drafts > len(u):
+            u = self._uniforms = u[i:] + self.rng.random(max(ACCEPT_BLOCK, drafts)).tolist()
+            i = 0
+        self._next_uniform = i + drafts
+        for j in range(drafts):
+            if u[i + j] >= a:
+                return j
+        return drafts
 
     def _deliver(self, due: Due) -> ProcessGenerator:
         at, request = due

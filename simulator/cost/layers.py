@@ -140,25 +140,29 @@ class StepOps:
         layers = float(card.layers.count)
         if s.num_tokens == 0:
             return
-        # every layer: two RMSNorms (+ residual add) over the hidden state
-        self.add(
-            "rmsnorm", "elementwise", "dense", 2 * layers, ops.elementwise(t * d, 8.0), bf16_peak
-        )
+        static = not self.static_off  # static_off: only the context lines (a template's)
+        if static:
+            # every layer: two RMSNorms (+ residual add) over the hidden state
+            self.add(
+                "rmsnorm", "elementwise", "dense", 2 * layers, ops.elementwise(t * d, 8.0),
+                bf16_peak,
+            )  # fmt: skip
         if "mla" in m.counts:
             self._mla(m.counts["mla"])
         for kind in ("gqa", "swa", "sparse_gqa"):
             if kind in m.counts:
                 self._gqa(kind, m.counts[kind])
-        for kind in ("kda", "gdn"):
-            if kind in m.counts:
-                self._linear(m.counts[kind])
-        n_attn = sum(m.counts.values())
-        self.collective("attn_allreduce", "allreduce", n_attn, t * d * ops.ACT_BYTES, tp)
-        if m.n_dense_mlp:
-            self._dense_mlp(m.n_dense_mlp)
-        if m.n_moe:
-            self._moe(m.n_moe)
-        self._head()
+        if static:
+            for kind in ("kda", "gdn"):
+                if kind in m.counts:
+                    self._linear(m.counts[kind])
+            n_attn = sum(m.counts.values())
+            self.collective("attn_allreduce", "allreduce", n_attn, t * d * ops.ACT_BYTES, tp)
+            if m.n_dense_mlp:
+                self._dense_mlp(m.n_dense_mlp)
+            if m.n_moe:
+                self._moe(m.n_moe)
+            self._head()
         if serving.num_speculative_tokens and s.num_decodes:
             self._draft(serving.num_speculative_tokens)
 
@@ -185,12 +189,13 @@ class StepOps:
             self._mla(k)
         elif kind is not None:
             self._gqa(kind, k)
-        self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
-        if card.moe_layer_mask[-1]:
-            self._moe(k)
-        else:
-            self._dense_mlp(k)
-        self.gemm("lm_head", "dense", k, b, card.vocab_size / tp, d, "lm_head")
+        if not self.static_off:
+            self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
+            if card.moe_layer_mask[-1]:
+                self._moe(k)
+            else:
+                self._dense_mlp(k)
+            self.gemm("lm_head", "dense", k, b, card.vocab_size / tp, d, "lm_head")
         self.t, self.s = saved_t, saved_s
         self.prefix, self.drafting = "", None
 
@@ -206,16 +211,18 @@ class StepOps:
         lat = mla.kv_lora_rank + mla.qk_rope_head_dim
         w = self.wbytes("attention")
         bf16 = m.device.peak_flops_per_s.bf16
-        if mla.q_lora_rank:
-            self.gemm("mla.q_a_proj", "attention", n, t, mla.q_lora_rank, d, "attention")
-            self.gemm("mla.q_b_proj", "attention", n, t, h * qk, mla.q_lora_rank, "attention")
-        else:
-            self.gemm("mla.q_proj", "attention", n, t, h * qk, d, "attention")
-        self.gemm("mla.kv_a_proj", "attention", n, t, lat, d, "attention")
+        static = not self.static_off
+        if static:
+            if mla.q_lora_rank:
+                self.gemm("mla.q_a_proj", "attention", n, t, mla.q_lora_rank, d, "attention")
+                self.gemm("mla.q_b_proj", "attention", n, t, h * qk, mla.q_lora_rank, "attention")
+            else:
+                self.gemm("mla.q_proj", "attention", n, t, h * qk, d, "attention")
+            self.gemm("mla.kv_a_proj", "attention", n, t, lat, d, "attention")
         kv_tok = m.mla_kv_bytes_per_token
         core_dec = self.look.mla(self.prefix + "mla.decode_attention", "decode", h * dcp)
         core_pre = self.look.mla(self.prefix + "mla.prefill_attention", "prefill", h)
-        if not ((s.num_decodes and core_dec) or (s.num_prefills and core_pre)):
+        if static and not ((s.num_decodes and core_dec) or (s.num_prefills and core_pre)):
             # the measured attention cores include the layer norms and RoPE
             self.add(
                 "mla.norm_rope", "elementwise", "attention", n,
@@ -223,11 +230,13 @@ class StepOps:
             )  # fmt: skip
         if s.num_decodes:
             td = float(s.decode_tokens)
-            self.add(
-                "mla.w_uk_absorb", "gemm", "attention", n,
-                ops.bmm(h, td, mla.kv_lora_rank, mla.qk_nope_head_dim, w), self.peak("attention"),
-                self.look.bmm(self.prefix + "mla.w_uk_absorb", "w_uk", h), (td,),
-            )  # fmt: skip
+            if static:
+                self.add(
+                    "mla.w_uk_absorb", "gemm", "attention", n,
+                    ops.bmm(h, td, mla.kv_lora_rank, mla.qk_nope_head_dim, w),
+                    self.peak("attention"),
+                    self.look.bmm(self.prefix + "mla.w_uk_absorb", "w_uk", h), (td,),
+                )  # fmt: skip
             # after the query all-gather each DCP rank attends dcp x h heads over its 1/dcp shard
             per_req_kv = s.decode_kv / s.num_decodes / dcp
             work = ops.mla_decode(s.num_decodes, per_req_kv, h * dcp, kv_tok, td / s.num_decodes)
@@ -235,12 +244,13 @@ class StepOps:
                 "mla.decode_attention", "mla_decode", "attention", n, work, bf16,
                 core_dec, (td, per_req_kv), True,
             )  # fmt: skip
-            self.add(
-                "mla.w_uv", "gemm", "attention", n,
-                ops.bmm(h, td, mla.v_head_dim, mla.kv_lora_rank, w), self.peak("attention"),
-                self.look.bmm(self.prefix + "mla.w_uv", "w_uv", h), (td,),
-            )  # fmt: skip
-            if dcp > 1:
+            if static:
+                self.add(
+                    "mla.w_uv", "gemm", "attention", n,
+                    ops.bmm(h, td, mla.v_head_dim, mla.kv_lora_rank, w), self.peak("attention"),
+                    self.look.bmm(self.prefix + "mla.w_uv", "w_uv", h), (td,),
+                )  # fmt: skip
+            if dcp > 1 and static:
                 self.collective("dcp.q_allgather", "allgather", n, td * h * lat * 2, dcp)
                 self.collective("dcp.lse_allgather", "allgather", n, td * h * dcp * 4, dcp)
                 out = td * h * mla.kv_lora_rank * 2
@@ -263,9 +273,10 @@ class StepOps:
             if dcp > 1:
                 ctx_shard = (s.prefill_kv - s.prefill_tokens) / dcp * kv_tok
                 self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp, True)
-        if mla.output_gate:
+        if static and mla.output_gate:
             self.gemm("mla.output_gate", "attention", n, t, h * mla.v_head_dim, d, "attention")
-        self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, "attention")
+        if static:
+            self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, "attention")
 
     def _gqa(self, kind: str, n: float) -> None:
         m, s, t = self.m, self.s, self.t
@@ -283,11 +294,13 @@ class StepOps:
         name = f"{kind}."
         window = m.window if kind == "swa" else np.inf
         tabled = kind != "sparse_gqa"  # the tables have no block-sparse attention
-        self.gemm(name + "qkv_proj", "attention", n, t, q_out + 2 * kvh * hd, d, "attention")
-        self.add(
-            name + "rope", "elementwise", "attention", n,
-            ops.elementwise(t * (h + kvh) * hd, 4.0), bf16,
-        )  # fmt: skip
+        static = not self.static_off
+        if static:
+            self.gemm(name + "qkv_proj", "attention", n, t, q_out + 2 * kvh * hd, d, "attention")
+            self.add(
+                name + "rope", "elementwise", "attention", n,
+                ops.elementwise(t * (h + kvh) * hd, 4.0), bf16,
+            )  # fmt: skip
         if s.num_decodes:
             kv = {"swa": s.decode_kv_window, "sparse_gqa": s.decode_kv_sparse}.get(
                 kind, s.decode_kv
@@ -314,7 +327,7 @@ class StepOps:
                     g.index_head_dim / 2, kvb, q,
                 )  # fmt: skip
                 self.add(name + "indexer", "attn_decode", "attention", n, idx, bf16, dynamic=True)
-            if dcp > 1:
+            if dcp > 1 and static:
                 td = float(s.decode_tokens)
                 self.collective(name + "dcp_q_allgather", "allgather", n, td * h * hd * 2, dcp)
                 self.collective(
@@ -339,7 +352,8 @@ class StepOps:
                 name + "prefill_attention", "attn_prefill", "attention", n, work, bf16, curve, at,
                 True,
             )  # fmt: skip
-        self.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
+        if static:
+            self.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
 
     def _linear(self, n: float) -> None:
         m, s, t = self.m, self.s, self.t
