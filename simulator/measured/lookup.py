@@ -322,10 +322,9 @@ class Curve:
         self.last_outside = out
         if out:
             self.outside += 1
-            q = self._points([np.array([v]) for v in x])
-            c_pts = self._points([np.array([math.exp(c)]) for c in clamped])
-            base = self.model.baseline
-            val += float(
-                base.log_seconds(self.fdict, q)[0] - base.log_seconds(self.fdict, c_pts)[0]
-            )
+            # the query and its clamped point in one baseline call (row 0, row 1)
+            both = zip(x, clamped, strict=True)
+            pts = self._points([np.array([v, math.exp(c)]) for v, c in both])
+            logs2 = self.model.baseline.log_seconds(self.fdict, pts)
+            val += float(logs2[0] - logs2[1])
         return math.exp(val)
