@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from simulator.cache.block_pool import SINK
 from simulator.cache.prefix import HitLike as PrefixHitLike
 from simulator.cache.prefix import PrefixHit
 from simulator.workload.request import Request, scope_key
@@ -177,8 +178,12 @@ class Scheduler:
         self.held: dict[int, int] = {}  # finished requests keeping their blocks -> blocks
         self.held_blocks = 0
         # provisional output ids made when a request's blocks are freed, not as they fill:
-        # exact where nothing can read them before then (see ``lazy_output_ids``)
+        # exact where nothing can read them before then (see ``lazy_output_ids``); and, when
+        # no request ever follows another's output (one-request sessions), a finished
+        # request's output blocks cached under SINK: nothing can hit them, only their place
+        # in the free queue matters
         self.lazy_ids = False
+        self.sink_finished = False
 
     # ---------------------------------------------------------------- queue
 
@@ -223,7 +228,7 @@ class Scheduler:
         req.status = Status.FINISHED
         req.finish_s = token_s
         self.running.remove(req)
-        self._name_output_blocks(req)
+        self._name_output_blocks(req, self.sink_finished)
         if req.keep_blocks:
             n = self.cache.num_blocks_of(req.req_id)
             self.held[req.req_id] = n
@@ -361,12 +366,17 @@ class Scheduler:
         """The output ids to commit with ``computed`` tokens: none yet when lazy."""
         return [] if self.lazy_ids else self._new_output_hashes(req, computed)
 
-    def _name_output_blocks(self, req: ReqState) -> None:
+    def _name_output_blocks(self, req: ReqState, sink: bool = False) -> None:
         """Lazy ids: before its blocks are freed, give a request's filled output blocks their
-        provisional ids (cached now, as they would have been when they filled)."""
+        provisional ids (cached now, as they would have been when they filled), or SINK."""
         if self.lazy_ids:
             computed = min(req.computed, req.num_tokens)
-            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+            if sink:
+                known = len(req.block_hashes) + len(req.output_hashes)
+                ids = [SINK] * max(computed // self.block_tokens - known, 0)
+            else:
+                ids = self._new_output_hashes(req, computed)
+            self.cache.commit(req.req_id, computed, ids)
 
     def _new_output_hashes(self, req: ReqState, computed: int) -> list[int]:
         """Provisional ids for blocks that ``computed`` tokens fill past the known ones."""

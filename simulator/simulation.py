@@ -277,6 +277,8 @@ def simulate(
         max_model_len=effective_max_model_len(card, serving),
         horizon_s=scenario.duration_s,
     )
+    for part in parts:
+        part.scheduler.sink_finished = part.scheduler.lazy_ids and replay.single_turn
     engine = Engine(
         replay,
         parts,

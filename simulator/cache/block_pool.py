@@ -29,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 _SENTINEL = 0  # the null block id doubles as the list head/tail sentinel
+# the hash of a block cached only to keep its place in the free queue (evicted last, as a
+# hashed block is): its id could never be looked up (a finished request's private output)
+SINK = -1
 
 
 class BlockPool:
@@ -97,6 +100,10 @@ class BlockPool:
         """Remove block ``b`` (which carries a hash) from its space's map."""
         h = self._hash[b]
         assert h is not None
+        if h == SINK:  # never mapped
+            self._hash[b] = None
+            self._num_hashed -= 1
+            return
         space = self._space[b]
         m, dups = self._maps[space], self._dups[space]
         extra = dups.get(h)
@@ -203,7 +210,9 @@ class BlockPool:
         if self._hash[block] is not None:
             return False
         m = self._maps[space]
-        if h in m:
+        if h == SINK:
+            pass  # cached for the free queue's order only: no lookup can name it
+        elif h in m:
             self._dups[space].setdefault(h, []).append(block)
         else:
             m[h] = block
@@ -277,7 +286,7 @@ class BlockPool:
             if self._ref[b] > 0:
                 used_kind[self._kind[b]] += 1
             h = self._hash[b]
-            if h is not None:
+            if h is not None and h != SINK:
                 space = self._space[b]
                 mapped = [self._maps[space].get(h), *self._dups[space].get(h, [])]
                 assert mapped.count(b) == 1, f"block {b} hash not mapped exactly once"
@@ -294,6 +303,7 @@ class BlockPool:
                     hashed += 1
             assert set(dups) <= set(m), "a duplicate without its first block"
             assert all(dups.values()), "empty duplicate list"
+        hashed += sum(h == SINK for h in self._hash)
         assert hashed == self._num_hashed == sum(h is not None for h in self._hash)
         assert self._ref[_SENTINEL] == 0
         assert self._hash[_SENTINEL] is None

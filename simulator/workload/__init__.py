@@ -206,7 +206,9 @@ def build_replay(
     else:
         assert isinstance(spec, TraceWorkload)  # generated workloads need one of the two
         mode = open_loop(spec.time_scale)
-    return Replay(source.open(), mode, max_model_len=max_model_len, horizon_s=horizon_s)
+    replay = Replay(source.open(), mode, max_model_len=max_model_len, horizon_s=horizon_s)
+    replay.single_turn = not source.has_sessions  # no request follows another's output
+    return replay
 
 
 def iter_requests(source: Source, limit: int | None = None) -> Iterator[Request]:

@@ -230,6 +230,7 @@ class Replay:
         on_reject: RejectHook | None = None,
     ) -> None:
         self.mode = mode
+        self.single_turn = False  # every session is one request (build_replay sets it)
         self._sessions = sessions
         self._ids = IdCounter()
         self._outstanding: dict[int, _Run | None] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cache.block_pool import BlockPool
+from simulator.cache.block_pool import SINK, BlockPool
 
 
 def test_allocation_pops_from_the_front_and_never_hands_out_the_null_block() -> None:
@@ -130,4 +130,20 @@ def test_empty_pool() -> None:
     pool = BlockPool(0)
     assert pool.allocate(0) == []
     assert pool.allocate(1) is None
+    pool.check()
+
+
+def test_a_sink_block_keeps_a_hashed_blocks_place_but_no_lookup_finds_it() -> None:
+    pool = BlockPool(4)
+    a, b, c, d = pool.allocate(4)
+    pool.cache(a, 101)
+    pool.cache(b, SINK)
+    assert pool.num_cached == 2
+    assert pool.lookup(SINK) is None
+    pool.free(reversed([a, b, c, d]))  # d, c unhashed: prepended; b (sink), a hashed: appended
+    assert pool.free_queue() == [c, d, b, a]
+    pool.check()
+    assert pool.allocate(3) == [c, d, b]  # the sink is evicted in its place, like a hash
+    assert pool.num_cached == 1
+    assert pool.lookup(101) == a
     pool.check()
