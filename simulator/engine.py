@@ -316,6 +316,7 @@ class Replica:
         delay = self.output_delay_s
         finished: list[ReqState] = []
         for req, _, _, _ in plan.entries:
+            before = req.computed
             req.computed += steps
             if req.first_token_s is None:  # cannot happen for a decode; kept for safety
                 req.first_token_s = end - (steps - 1) * step_s + delay
@@ -323,7 +324,7 @@ class Replica:
             req.itl_end_s.append(end + delay)
             req.generated += steps
             req.last_token_s = end + delay
-            s.cache.commit(req.req_id, req.computed, s.output_ids(req, req.computed))
+            s.commit_cache(req, before, req.computed)
             if req.generated >= req.request.output_tokens:
                 s.finish(req, end + delay)
                 finished.append(req)

@@ -346,6 +346,7 @@ class Scheduler:
         """
         finished: list[ReqState] = []
         for req, num_new, _, _ in plan.entries:
+            before = req.computed
             req.computed += num_new
             sampled = req.computed >= req.num_tokens
             if sampled:
@@ -353,8 +354,7 @@ class Scheduler:
                 took = accepted(drafts) if accepted is not None and drafts > 0 else 0
                 req.computed -= drafts - took
                 self._emit(req, took + 1, token_s)
-            computed = min(req.computed, req.num_tokens)
-            self.cache.commit(req.req_id, computed, self.output_ids(req, computed))
+            self.commit_cache(req, before, min(req.computed, req.num_tokens))
             # only a step that sampled can finish a request: one asking for no output tokens
             # still runs its whole prompt (its "first token" is then its finish)
             if sampled and req.generated >= req.request.output_tokens:
@@ -362,9 +362,18 @@ class Scheduler:
                 finished.append(req)
         return finished
 
-    def output_ids(self, req: ReqState, computed: int) -> list[int]:
-        """The output ids to commit with ``computed`` tokens: none yet when lazy."""
-        return [] if self.lazy_ids else self._new_output_hashes(req, computed)
+    def commit_cache(self, req: ReqState, before: int, computed: int) -> None:
+        """Tell the cache ``computed`` tokens of ``req`` are computed (``before`` were).
+
+        With lazy ids, once every prompt block with a chain id has been committed (cached:
+        another request may hit it) a commit has nothing to cache until the free names the
+        output blocks, and is skipped; the free's commit brings the count up to date."""
+        if self.lazy_ids:
+            if before >= len(req.block_hashes) * self.block_tokens:
+                return
+            self.cache.commit(req.req_id, computed)
+        else:
+            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
 
     def _name_output_blocks(self, req: ReqState, sink: bool = False) -> None:
         """Lazy ids: before its blocks are freed, give a request's filled output blocks their
