@@ -34,7 +34,6 @@ from math import ceil
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 from simulator.workload.fitted import AgenticParams, ChatParams
 from simulator.workload.request import (
@@ -98,6 +97,8 @@ class _Context:
 
 def _correlated_uniforms(rng: np.random.Generator, rho: tuple[float, float, float]) -> Any:
     """Three U(0,1) with the given Spearman correlations (a Gaussian copula)."""
+    from scipy.special import ndtr  # 0.3 s to import: only the generators that need it
+
     r = [2.0 * np.sin(np.pi * x / 6.0) for x in rho]  # Spearman -> Pearson of the normals
     cov = np.array([[1.0, r[0], r[1]], [r[0], 1.0, r[2]], [r[1], r[2], 1.0]])
     z = np.linalg.cholesky(cov) @ rng.standard_normal(3)
