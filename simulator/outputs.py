@@ -108,7 +108,8 @@ def check_output_dir(path: str | Path, option: str = "--out") -> Path:
     return real
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -138,7 +139,7 @@ def marker_is_live(marker: dict[str, Any]) -> bool:
         return False
     if marker.get("host") != socket.gethostname():
         return True
-    return pid != os.getpid() and _pid_alive(pid)
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def _umask() -> int:
@@ -254,7 +255,7 @@ class OutputFolder:
             if not s.name.startswith(prefix):
                 continue
             pid_text = s.name[len(prefix) :].partition("-")[0]
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(s, ignore_errors=True)
 
     def _stale_names(self) -> tuple[set[str], tuple[str, ...]]:

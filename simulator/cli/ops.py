@@ -19,6 +19,16 @@ from simulator.specs import (
 from simulator.specs.loading import check_dir, check_text_file
 from simulator.userdata import user_device_dir
 
+NoCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        help="Simulate every point again and keep nothing: without it each point's result"
+        " is kept in OUT/cache (without --out: $PLAN_CACHE_DIR/validate or"
+        " ~/.cache/hybrid-capacity-planner/validate), so a rerun or a killed run resumes.",
+    ),
+]
+
 # ------------------------------------------------------------------------------------ step
 
 
@@ -512,15 +522,7 @@ def validate_inferencemax(
     ] = 10,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
-    no_cache: Annotated[
-        bool,
-        typer.Option(
-            "--no-cache",
-            help="Simulate every point again and keep nothing: without it each point's result"
-            " is kept in OUT/cache (without --out: $PLAN_CACHE_DIR/validate or"
-            " ~/.cache/hybrid-capacity-planner/validate), so a rerun or a killed run resumes.",
-        ),
-    ] = False,
+    no_cache: NoCacheOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate the InferenceMAX v1 points; median APE of throughput/GPU and interactivity."""
@@ -642,15 +644,7 @@ def validate_silicon(
     ] = 10,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
-    no_cache: Annotated[
-        bool,
-        typer.Option(
-            "--no-cache",
-            help="Simulate every point again and keep nothing: without it each point's result"
-            " is kept in OUT/cache (without --out: $PLAN_CACHE_DIR/validate or"
-            " ~/.cache/hybrid-capacity-planner/validate), so a rerun or a killed run resumes.",
-        ),
-    ] = False,
+    no_cache: NoCacheOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""

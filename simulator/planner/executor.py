@@ -27,6 +27,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Literal
 
+from simulator.outputs import pid_alive
 from simulator.planner.space import scenario_hash
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
@@ -139,16 +140,6 @@ def _set_parent_death_signal(sig: int) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def die_with_parent(parent_pid: int) -> None:
     """Worker initializer: SIGKILL when the parent dies (Linux), and Ctrl-C ignored (the
     terminal sends it to the whole process group; the parent stops the pool itself).
@@ -161,7 +152,7 @@ def die_with_parent(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _set_parent_death_signal(signal.SIGKILL):
         return
-    if os.getppid() != parent_pid and not _alive(parent_pid):
+    if os.getppid() != parent_pid and not pid_alive(parent_pid):
         os._exit(1)
 
 

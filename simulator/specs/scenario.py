@@ -29,6 +29,14 @@ Tokens = Annotated[
 ]
 
 
+def warmup_inside_duration(warmup_s: float, info: ValidationInfo) -> float:
+    """A ``warmup_s`` validator: the warm-up must leave some of ``duration_s`` to measure."""
+    duration_s = info.data.get("duration_s")
+    if duration_s is not None and warmup_s >= duration_s:
+        raise ValueError(f"{warmup_s:g} s leaves nothing of duration_s {duration_s:g} s")
+    return warmup_s
+
+
 def known_cost_model(name: str) -> str:
     """``name`` if the catalog has it (the scenario's field is named in the error, not the
     command line's)."""
@@ -253,10 +261,7 @@ class Scenario(Spec):
     @field_validator("warmup_s")
     @classmethod
     def _warmup_inside_duration(cls, warmup_s: float, info: ValidationInfo) -> float:
-        duration_s = info.data.get("duration_s")
-        if duration_s is not None and warmup_s >= duration_s:
-            raise ValueError(f"{warmup_s:g} s leaves nothing of duration_s {duration_s:g} s")
-        return warmup_s
+        return warmup_inside_duration(warmup_s, info)
 
     @property
     def num_gpus(self) -> int:
