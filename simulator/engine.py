@@ -18,6 +18,7 @@ Prefill/decode disaggregation: ``simulator.disaggregation`` (two pools of these 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Generator
@@ -35,7 +36,7 @@ from simulator.disaggregation import DisaggSpec, PrefillDecode
 from simulator.metrics import HitRecord, OpenStep, Recorder, StepRecord
 from simulator.scheduler import ReqState, Scheduler, StepPlan
 from simulator.workload.replay import Due, Replay
-from simulator.workload.request import Request
+from simulator.workload.request import EMPTY_IDS, Request
 
 MAX_FAST_FORWARD = 256
 ACCEPT_BLOCK = 4096  # uniforms drawn at a time for speculative acceptance
@@ -436,7 +437,15 @@ class Engine:
         request = state.request
         prev = self.last_turn.get(request.session_id)
         self.last_turn[request.session_id] = state
-        if prev is None or prev.finish_s is None or not prev.output_hashes:
+        if prev is None or prev.finish_s is None:
+            return
+        self._link(prev, state)
+        if self.pools is None:  # nothing reads a linked turn's ids again (send-back pins do)
+            prev.block_hashes, prev.output_hashes = (), []
+
+    def _link(self, prev: ReqState, state: ReqState) -> None:
+        request = state.request
+        if not prev.output_hashes:
             return
         n = len(prev.block_hashes)
         ids = state.block_hashes
@@ -478,6 +487,10 @@ class Engine:
         if self.progress is not None:
             self.progress(self.env.now, self.done)
         self._schedule(self.replay.on_finish(state.request, state.finish_s or self.env.now))
+        # what the recorder keeps of a finished request: not the trace-level block ids (one
+        # uint64 per 64 tokens of prompt: most of a long agentic replay's memory)
+        if len(state.request.block_hashes):
+            state.request = dataclasses.replace(state.request, block_hashes=EMPTY_IDS)
 
     def run(self) -> Recorder:
         self._schedule(self.replay.initial())
