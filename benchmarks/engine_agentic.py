@@ -8,7 +8,7 @@ tokens per second of wall time (prompt + output tokens of all requests).
 Run:  .venv/bin/python benchmarks/engine_agentic.py [--dcp 8] [--repeats 3]
       [--trace ../shared/data/agentic_cc_traces_weka/cc_traces_weka_710.jsonl.gz]
       [--split 1P1D [--send-back]]   (prefill/decode disaggregation instead of one replica)
-Target (issue): under 60 s wall on one core of this machine.
+Targets (issue 16): <= 10 s wall on one core, peak RSS <= 500 MB (docs/engine-speed.md).
 """
 
 from __future__ import annotations
