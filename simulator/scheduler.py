@@ -461,8 +461,10 @@ def lazy_output_ids(prefix_caching: bool, cpu_tier: bool, state_groups: int, dis
     ids while the request runs: a CPU tier (offloads blocks as they fill, in order), recurrent
     state (checkpoint pages keyed by block ids are freed and cached mid-request) or
     disaggregation (the other pool reads a finished request's blocks). Without prefix caching
-    nothing is cached at all."""
-    return prefix_caching and not cpu_tier and state_groups == 0 and not disagg
+    nothing is cached at all: the ids are never read (a commit only counts tokens)."""
+    if disagg or state_groups:
+        return False
+    return not prefix_caching or not cpu_tier
 
 
 def output_block_id(req_id: int, index: int) -> int:

@@ -13,7 +13,7 @@ from simulator.simulation import simulate
 from simulator.specs import Scenario
 
 
-def _scenario(kind: str) -> Scenario:
+def _scenario(kind: str, prefix_caching: bool = True) -> Scenario:
     workload = (
         {"kind": "random", "input_tokens": 3000, "output_tokens": 400, "num_requests": 120,
          "concurrency": 48}
@@ -25,7 +25,11 @@ def _scenario(kind: str) -> Scenario:
             "name": f"lazy-{kind}",
             "model": "llama-3.1-8b",
             "device": "h100",
-            "serving": {"tp": 1, "kv_cache_memory_bytes": 4.0e9},
+            "serving": {
+                "tp": 1,
+                "kv_cache_memory_bytes": 4.0e9,
+                "enable_prefix_caching": prefix_caching,
+            },
             "workload": workload,
             "duration_s": 300.0,
             "warmup_s": 0.0,
@@ -34,11 +38,12 @@ def _scenario(kind: str) -> Scenario:
     )
 
 
-@pytest.mark.parametrize("kind", ["random", "chat"])
+@pytest.mark.parametrize(("kind", "prefix_caching"),
+                         [("random", True), ("chat", True), ("chat", False)])  # fmt: skip
 def test_lazy_and_eager_ids_give_the_same_summary(
-    kind: str, monkeypatch: pytest.MonkeyPatch
+    kind: str, prefix_caching: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sc = _scenario(kind)
+    sc = _scenario(kind, prefix_caching)
     lazy = simulate(sc)
     monkeypatch.setattr(simulation, "lazy_output_ids", lambda *a: False)
     eager = simulate(sc)
@@ -47,5 +52,7 @@ def test_lazy_and_eager_ids_give_the_same_summary(
     assert a == b
     if kind == "random":
         assert a["preemptions"] > 0, "the cache must be small enough to preempt"
-    else:
+    elif prefix_caching:
         assert a["prefix_hit_rate"] > 0.3, "later turns hit the renamed output blocks"
+    else:
+        assert a["prefix_hit_rate"] == 0
