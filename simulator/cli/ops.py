@@ -1,8 +1,9 @@
 """`plan step`, `plan ops predict`, `plan fit`, `plan validate ops|inferencemax`."""
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -484,6 +485,68 @@ def _validate_tables(
 
 
 POINTS = ("points.csv",)  # what `plan validate inferencemax|silicon --out` writes beside cache/
+R = TypeVar("R")
+
+
+def _with_progress(
+    show: bool, run: Callable[[Callable[[int, int, Any], None]], R]
+) -> tuple[R, float]:
+    """``run(progress)`` under a progress bar on stderr (a terminal only); its result and
+    the wall seconds it took."""
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = time.perf_counter()
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+        disable=not (show and sys.stderr.isatty()),
+    ) as bar:  # fmt: skip
+        task = bar.add_task("simulating", total=None)
+        result = run(lambda done, total, _: bar.update(task, completed=done, total=total))
+    return result, time.perf_counter() - start
+
+
+def _run_args(
+    requests_per_conc: int, seed: int, workers: int, out: Path | None, markdown: Path | None
+) -> list[str]:
+    """The options every `plan validate` run shares, as the document's command line."""
+    args = [] if requests_per_conc == 10 else ["--requests-per-conc", str(requests_per_conc)]
+    args += [] if seed == 0 else ["--seed", str(seed)]
+    args += ["--workers", str(workers)]
+    args += [] if out is None else ["--out", str(out)]
+    return args + ([] if markdown is None else ["--markdown", str(markdown)])
+
+
+def _write_validation(
+    report: Any,
+    render: Callable[[Any, str, str, float, int], str],
+    wall_s: float,
+    cache: Path | None,
+    folder: OutputFolder | None,
+    stage: Path | None,
+    markdown: Path | None,
+    args: list[str],
+    workers: int,
+) -> None:
+    """What a validation leaves: the cache note, ``points.csv`` swapped into ``--out`` and
+    the ``--markdown`` document (its command line: ``args``)."""
+    import datetime
+    import shlex
+
+    from simulator.validation.run import write_points_csv
+
+    if cache is not None:
+        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
+    if folder is not None and stage is not None:
+        write_points_csv(report.results, stage / "points.csv")
+        folder.commit()
+        typer.echo(f"wrote {folder.path / 'points.csv'} ({len(report.results)} points)", err=True)
+    if markdown is not None:
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        write_file(markdown, render(report, shlex.join(args), date, wall_s, workers), "--markdown")
+        typer.echo(f"wrote {markdown}", err=True)
 
 
 @command(validate_app, "inferencemax")
@@ -526,11 +589,6 @@ def validate_inferencemax(
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate the InferenceMAX v1 points; median APE of throughput/GPU and interactivity."""
-    import datetime
-    import shlex
-    import time
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator import validation as v
     from simulator.validation.run import user_cache_dir
@@ -547,52 +605,26 @@ def validate_inferencemax(
     # the cache lives in the real folder (carried over by the swap), not in the stage
     cache = (None if no_cache else folder.target / "cache" if folder is not None
              else user_cache_dir())  # fmt: skip
-    start = time.perf_counter()
-    show = not as_json and sys.stderr.isatty()
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("simulating", total=None)
-
-        def progress(done: int, total: int, _: v.PointResult) -> None:
-            bar.update(task, completed=done, total=total)
-
-        report = v.validate(
+    report, wall_s = _with_progress(
+        not as_json,
+        lambda progress: v.validate(
             path, models or (), devices or (), limit_per_curve, requests_per_conc, seed,
             workers, progress, cache,
-        )  # fmt: skip
-    wall_s = time.perf_counter() - start
-    if cache is not None:
-        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
-    if folder is not None and stage is not None:
-        v.write_points_csv(report.results, stage / "points.csv")
-        folder.commit()
-        typer.echo(f"wrote {folder.path / 'points.csv'} ({len(report.results)} points)", err=True)
-    if markdown is not None:
-        args = ["plan", "validate", "inferencemax"]
-        if data is not None:
-            args += ["--data", str(data)]
-        if limit_per_curve is not None:
-            args += ["--limit-per-curve", str(limit_per_curve)]
-        for m in models or ():
-            args += ["--models", m]
-        for d in devices or ():
-            args += ["--devices", d]
-        if requests_per_conc != 10:
-            args += ["--requests-per-conc", str(requests_per_conc)]
-        if seed != 0:
-            args += ["--seed", str(seed)]
-        args += ["--workers", str(workers)]
-        if out is not None:
-            args += ["--out", str(out)]
-        args += ["--markdown", str(markdown)]
-        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        write_file(
-            markdown, v.render_markdown(report, shlex.join(args), date, wall_s, workers),
-            "--markdown",
-        )  # fmt: skip
-        typer.echo(f"wrote {markdown}", err=True)
+        ),
+    )  # fmt: skip
+    args = ["plan", "validate", "inferencemax"]
+    if data is not None:
+        args += ["--data", str(data)]
+    if limit_per_curve is not None:
+        args += ["--limit-per-curve", str(limit_per_curve)]
+    for m in models or ():
+        args += ["--models", m]
+    for d in devices or ():
+        args += ["--devices", d]
+    _write_validation(
+        report, v.render_markdown, wall_s, cache, folder, stage, markdown,
+        [*args, *_run_args(requests_per_conc, seed, workers, out, markdown)], workers,
+    )  # fmt: skip
     if as_json:
         print_json(finite({**report.to_json(), "wall_s": wall_s}))
         return
@@ -648,11 +680,6 @@ def validate_silicon(
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""
-    import datetime
-    import shlex
-    import time
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator.validation import silicon as s
     from simulator.validation.run import user_cache_dir
@@ -670,49 +697,23 @@ def validate_silicon(
     # the cache lives in the real folder (carried over by the swap), not in the stage
     cache = (None if no_cache else folder.target / "cache" if folder is not None
              else user_cache_dir())  # fmt: skip
-    start = time.perf_counter()
-    show = not as_json and sys.stderr.isatty()
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("simulating", total=None)
-
-        def progress(done: int, total: int, _: s.SiliconResult) -> None:
-            bar.update(task, completed=done, total=total)
-
-        report = s.validate(
+    report, wall_s = _with_progress(
+        not as_json,
+        lambda progress: s.validate(
             data, models or (), limit, requests_per_conc, seed, workers, progress, cache
-        )
-    wall_s = time.perf_counter() - start
-    if cache is not None:
-        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
-    if folder is not None and stage is not None:
-        s.write_points_csv(report.results, stage / "points.csv")
-        folder.commit()
-        typer.echo(f"wrote {folder.path / 'points.csv'} ({len(report.results)} points)", err=True)
-    if markdown is not None:
-        args = ["plan", "validate", "silicon"]
-        if data is not None:
-            args += ["--data", str(data)]
-        if limit is not None:
-            args += ["--limit", str(limit)]
-        for m in models or ():
-            args += ["--models", m]
-        if requests_per_conc != 10:
-            args += ["--requests-per-conc", str(requests_per_conc)]
-        if seed != 0:
-            args += ["--seed", str(seed)]
-        args += ["--workers", str(workers)]
-        if out is not None:
-            args += ["--out", str(out)]
-        args += ["--markdown", str(markdown)]
-        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        write_file(
-            markdown, render_markdown(report, shlex.join(args), date, wall_s, workers),
-            "--markdown",
-        )  # fmt: skip
-        typer.echo(f"wrote {markdown}", err=True)
+        ),
+    )
+    args = ["plan", "validate", "silicon"]
+    if data is not None:
+        args += ["--data", str(data)]
+    if limit is not None:
+        args += ["--limit", str(limit)]
+    for m in models or ():
+        args += ["--models", m]
+    _write_validation(
+        report, render_markdown, wall_s, cache, folder, stage, markdown,
+        [*args, *_run_args(requests_per_conc, seed, workers, out, markdown)], workers,
+    )  # fmt: skip
     if as_json:
         print_json(finite({**report.to_json(), "wall_s": wall_s}))
         return

@@ -162,24 +162,36 @@ def _number(file: Path, row: int, column: str, text: str, kind: type[float] | ty
     return value
 
 
-def load_points(path: str | Path) -> LoadedPoints:
-    """Read the flattened dashboard CSV; map every row or count it as skipped (with reason)."""
-    file = Path(path)
+def read_records(
+    file: Path, required: Sequence[str], directory_hint: str = ""
+) -> list[dict[str, str | None]]:
+    """The rows of a validation CSV as dicts (header cells stripped); a missing required
+    column, an empty, missing, unreadable or non-UTF-8 file is one SpecError."""
+    if file.is_dir():
+        raise SpecError(file, "(file)", f"is a directory, not a CSV file{directory_hint}")
     try:
         with file.open(newline="") as fh:
             reader = csv.DictReader(fh)
             header = [h.strip() for h in (reader.fieldnames or [])]
             if not header:
                 raise SpecError(file, "(file)", "empty file")
-            for col in REQUIRED_COLUMNS:
+            for col in required:
                 if col not in header:
                     raise SpecError(file, f"column {col}", "missing from the header")
             reader.fieldnames = header
-            raw = list(reader)
+            return list(reader)
     except FileNotFoundError:
         raise SpecError(file, "(file)", "no such file") from None
     except UnicodeDecodeError as exc:
         raise SpecError(file, "(file)", f"not a readable CSV: {exc}") from None
+    except OSError as exc:
+        raise SpecError(file, "(file)", f"cannot read: {exc.strerror or exc}") from None
+
+
+def load_points(path: str | Path) -> LoadedPoints:
+    """Read the flattened dashboard CSV; map every row or count it as skipped (with reason)."""
+    file = Path(path)
+    raw = read_records(file, REQUIRED_COLUMNS)
     out = LoadedPoints(points=[], rows=len(raw))
     for i, rec in enumerate(raw, start=1):
         cells = {c: (rec.get(c) or "").strip() for c in REQUIRED_COLUMNS}

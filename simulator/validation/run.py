@@ -51,11 +51,11 @@ class PointResult:
 
     @property
     def err_tput_pct(self) -> float | None:
-        return _err(self.sim_tput_per_gpu, self.point.tput_per_gpu)
+        return err_pct(self.sim_tput_per_gpu, self.point.tput_per_gpu)
 
     @property
     def err_interactivity_pct(self) -> float | None:
-        return _err(self.sim_interactivity, self.point.interactivity)
+        return err_pct(self.sim_interactivity, self.point.interactivity)
 
     def row(self) -> dict[str, Any]:
         p = asdict(self.point)
@@ -74,7 +74,8 @@ class PointResult:
         }
 
 
-def _err(sim: float | None, measured: float) -> float | None:
+def err_pct(sim: float | None, measured: float) -> float | None:
+    """Signed error of a simulated figure, % of the measured one (None: not simulated)."""
     return None if sim is None else (sim - measured) / measured * 100.0
 
 
@@ -273,7 +274,7 @@ class GroupError:
     bias_interactivity_pct: float | None
 
 
-def _med(values: list[float]) -> float | None:
+def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
@@ -291,10 +292,10 @@ def group_error(
         engine="+".join(engines),
         points=len(ok),
         not_simulated=len(results) - len(ok),
-        median_ape_tput_pct=_med([abs(e) for e in et]),
-        median_ape_interactivity_pct=_med([abs(e) for e in ei]),
-        bias_tput_pct=_med(et),
-        bias_interactivity_pct=_med(ei),
+        median_ape_tput_pct=median_or_none([abs(e) for e in et]),
+        median_ape_interactivity_pct=median_or_none([abs(e) for e in ei]),
+        bias_tput_pct=median_or_none(et),
+        bias_interactivity_pct=median_or_none(ei),
     )
 
 

@@ -26,7 +26,6 @@ files or rows are a :class:`SpecError` naming file, row and column.
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 import statistics
@@ -43,8 +42,8 @@ from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import WeightPrecision
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
-from simulator.validation.points import Overrides, Router, benchmark_scenario
-from simulator.validation.run import median_tpot_s, run_cached
+from simulator.validation.points import Overrides, Router, benchmark_scenario, read_records
+from simulator.validation.run import err_pct, median_or_none, median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
 
 CSV_NAME = "silicon_sample.csv"
@@ -419,25 +418,7 @@ def map_row(
 def load_silicon(path: str | Path) -> LoadedSilicon:
     """Read the CSV; map every row or count it as skipped (with its reason)."""
     file = Path(path)
-    if file.is_dir():
-        raise SpecError(file, "(file)", f"is a directory, not a CSV file (give {CSV_NAME})")
-    try:
-        with file.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = [h.strip() for h in (reader.fieldnames or [])]
-            if not header:
-                raise SpecError(file, "(file)", "empty file")
-            for col in REQUIRED_COLUMNS:
-                if col not in header:
-                    raise SpecError(file, f"column {col}", "missing from the header")
-            reader.fieldnames = header
-            raw = list(reader)
-    except FileNotFoundError:
-        raise SpecError(file, "(file)", "no such file") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(file, "(file)", f"not a readable CSV: {exc}") from None
-    except OSError as exc:
-        raise SpecError(file, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    raw = read_records(file, REQUIRED_COLUMNS, f" (give {CSV_NAME})")
     out = LoadedSilicon(points=[], rows=len(raw))
     devices = devices_by_system()
     for i, rec in enumerate(raw, start=1):
@@ -494,10 +475,6 @@ def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0)
     )
 
 
-def _err(sim: float | None, measured: float) -> float | None:
-    return None if sim is None else (sim - measured) / measured * 100.0
-
-
 @dataclass(frozen=True)
 class SiliconResult:
     point: SiliconPoint
@@ -516,11 +493,11 @@ class SiliconResult:
 
     @property
     def err_ttft_pct(self) -> float | None:
-        return _err(self.sim_ttft_ms, self.point.ttft_ms)
+        return err_pct(self.sim_ttft_ms, self.point.ttft_ms)
 
     @property
     def err_tpot_pct(self) -> float | None:
-        return _err(self.sim_tpot_ms, self.point.tpot_ms)
+        return err_pct(self.sim_tpot_ms, self.point.tpot_ms)
 
     def row(self) -> dict[str, Any]:
         p = asdict(self.point)
@@ -613,10 +590,6 @@ class LatencyError:
     bias_tpot_pct: float | None
 
 
-def _med(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def group_error(results: Sequence[SiliconResult], model: str, system: str) -> LatencyError:
     ok = [r for r in results if r.ok]
     et = [e for r in ok if (e := r.err_ttft_pct) is not None]
@@ -626,10 +599,10 @@ def group_error(results: Sequence[SiliconResult], model: str, system: str) -> La
         system=system,
         points=len(ok),
         not_simulated=len(results) - len(ok),
-        median_ape_ttft_pct=_med([abs(e) for e in et]),
-        median_ape_tpot_pct=_med([abs(e) for e in ep]),
-        bias_ttft_pct=_med(et),
-        bias_tpot_pct=_med(ep),
+        median_ape_ttft_pct=median_or_none([abs(e) for e in et]),
+        median_ape_tpot_pct=median_or_none([abs(e) for e in ep]),
+        bias_ttft_pct=median_or_none(et),
+        bias_tpot_pct=median_or_none(ep),
     )
 
 
