@@ -417,6 +417,18 @@ def _gqa(cfg: _Config, output_gate: bool) -> dict[str, Any]:
     }
 
 
+def _qwen_moe_layers(cfg: _Config, count: int) -> tuple[int, list[int]]:
+    """``num_experts`` and the MoE layers (``_layer_range`` numbering) by the Qwen3-MoE rule:
+    0-based layer i is sparse if i is not in ``mlp_only_layers`` and (i+1) % step == 0."""
+    num_experts = cfg.integer("num_experts", 0)
+    step = cfg.integer("decoder_sparse_step", 1)
+    mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
+    moe_layers = [
+        i for i in _layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
+    ]
+    return num_experts, moe_layers
+
+
 def _read_qwen(cfg: _Config, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     if cfg.has("layer_types"):
@@ -440,13 +452,7 @@ def _read_qwen(cfg: _Config, notes: list[str]) -> dict[str, Any]:
     }
     if not cfg.has("attn_output_gate"):
         notes.append("attn_output_gate absent: Qwen3-Next full attention is always gated")
-    num_experts = cfg.integer("num_experts", 0)
-    step = cfg.integer("decoder_sparse_step", 1)
-    mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
-    # Qwen3-MoE rule: 0-based layer i is sparse if i not in mlp_only_layers and (i+1) % step == 0
-    moe_layers = [
-        i for i in _layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
-    ]
+    num_experts, moe_layers = _qwen_moe_layers(cfg, count)
     moe: dict[str, Any] | None = None
     if moe_layers:
         shared = cfg.integer("shared_expert_intermediate_size", 0)
@@ -474,13 +480,7 @@ def _read_qwen3(cfg: _Config, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     if cfg.boolean("use_sliding_window", False):
         raise cfg.error("use_sliding_window", "sliding-window Qwen3 layers are not supported")
-    num_experts = cfg.integer("num_experts", 0)
-    step = cfg.integer("decoder_sparse_step", 1)
-    mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
-    # Qwen3-MoE rule: 0-based layer i is sparse if i not in mlp_only_layers and (i+1) % step == 0
-    moe_layers = [
-        i for i in _layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
-    ]
+    num_experts, moe_layers = _qwen_moe_layers(cfg, count)
     moe: dict[str, Any] | None = None
     if moe_layers:
         if cfg.integer("shared_expert_intermediate_size", 0):
