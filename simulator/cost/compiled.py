@@ -92,7 +92,6 @@ class Template:
     dyn_rows: NDArray[np.int64]  # positions of the context rows, in recording order
     coll_total: NDArray[np.float64]
     dyn_colls: NDArray[np.int64]
-    had_rows: bool
     fused: bool
     static: _Counts  # bookkeeping of the lines the template stands for
 
@@ -146,14 +145,12 @@ class CompiledPricer:
         dyn_counts.add_to(self.m, -1)
         if len(self.templates) >= MAX_TEMPLATES:
             self.templates.clear()
-        total = full.row_totals_cache if full.rows else np.zeros(0)
         self.templates[key] = Template(
-            total=total,
+            total=full.row_totals_cache,
             cats=np.array([r[2] for r in full.rows], dtype=np.int64),
             dyn_rows=np.flatnonzero(np.array(full.dyn, dtype=bool)),
-            coll_total=full.coll_totals_cache if full.colls else np.zeros(0),
+            coll_total=full.coll_totals_cache,
             dyn_colls=np.flatnonzero(np.array(full.dyn_colls, dtype=bool)),
-            had_rows=bool(full.rows),
             fused=full.fused,
             static=after.minus(before).minus(dyn_counts),
         )
@@ -162,7 +159,8 @@ class CompiledPricer:
     def _reuse(self, tpl: Template, dyn: StepOps) -> StepCost:
         per_cat = np.zeros(len(CATEGORIES))
         gpu = 0.0
-        if tpl.had_rows:
+        had_rows = len(tpl.total) > 0
+        if had_rows:
             total = tpl.total.copy()
             if dyn.rows:
                 total[tpl.dyn_rows] = dyn.row_totals()
@@ -179,5 +177,5 @@ class CompiledPricer:
             comm = float(coll.sum())
             per_cat[dyn.cat_index["communication"]] += comm
             gpu += comm
-        cpu = self.m.cpu_seconds(dyn.s) if tpl.had_rows else 0.0
+        cpu = self.m.cpu_seconds(dyn.s) if had_rows else 0.0
         return dyn.cost(gpu, cpu, per_cat, ())
