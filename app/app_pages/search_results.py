@@ -66,6 +66,18 @@ def load_space(path: str, devices: list[str]) -> SearchSpace | None:
     return space
 
 
+def _forget_filters_of_another_folder(folder: str) -> None:
+    """Filters belong to one folder: when the folder changes, drop the widgets' kept values
+    (devices, swept knobs, users, SLO-only) so they start from the new folder's runs instead
+    of filtering them by the old folder's devices."""
+    state = st.session_state
+    if state.get(f"{PAGE}_filters_of") == folder:
+        return
+    for name in ("devices", "users", "slo_only", *KNOBS):
+        state.pop(f"{PAGE}_{name}", None)
+    state[f"{PAGE}_filters_of"] = folder
+
+
 def page() -> None:
     st.title("Search results")
     params = st.query_params
@@ -88,6 +100,7 @@ def page() -> None:
         return
     output = runs.search_output(folder)
     all_runs = output.runs
+    _forget_filters_of_another_folder(folder)
     if all_runs.empty:
         st.info(f"`{folder}/runs.csv` has no runs.")
         return
