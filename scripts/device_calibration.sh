@@ -34,13 +34,16 @@ TRITON_INTERPRET=0 timeout 120 python3 -m pytest -q -p no:cacheprovider \
     tests/kernels_calibration -k "not fnuz" || echo "kernel tests FAILED (measuring anyway)"
 
 # 2. smoke, then the full sweep (it skips what the smoke measured)
-timeout 100 calibrate measure --device-name "$NAME" --smoke --budget-s 60 \
+# into this tree's hardware_profiles/ (calibrate's default is the user data folder, which
+# the copy below would not see)
+DIR=hardware_profiles
+timeout 100 calibrate measure --device-name "$NAME" --profiles-dir "$DIR" --smoke --budget-s 60 \
     || echo "smoke ended with $?"
-timeout 320 calibrate measure --device-name "$NAME" --budget-s 280 \
+timeout 320 calibrate measure --device-name "$NAME" --profiles-dir "$DIR" --budget-s 280 \
     || echo "full sweep ended with $?"
 
 # 3. fit and report here too, so the numbers come back even if the copy is all we keep
-calibrate fit "$NAME" || true
-calibrate report "$NAME" --out "$OUT/calibration-$NAME.html" || true
+calibrate fit "$NAME" --profiles-dir "$DIR" || true
+calibrate report "$NAME" --profiles-dir "$DIR" --out "$OUT/calibration-$NAME.html" || true
 mkdir -p "$OUT/hardware_profiles"
 cp -r "hardware_profiles/$NAME" "$OUT/hardware_profiles/"
