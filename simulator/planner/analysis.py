@@ -13,12 +13,21 @@ each side by side and names the best split, ``frontier`` draws each side's envel
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from simulator import catalog
 from simulator.planner.replicates import FIGURES, aggregate, passes, seeds_of, variant
-from simulator.planner.space import KNOBS, Candidate, Pruned, SearchSpace, disaggregation_text
+from simulator.planner.space import (
+    KNOBS,
+    Candidate,
+    Pruned,
+    SearchSpace,
+    disaggregation_text,
+    knob_values,
+)
 from simulator.planner.uncertainty import model_error
+from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -185,10 +194,38 @@ def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
     return ok.loc[idx].sort_values("throughput_tok_per_s_per_gpu", ascending=False)
 
 
+def fleet_unit(device: str) -> tuple[str, int]:
+    """What a fleet of ``device`` is bought by: a rack of its scale-up domain where that domain
+    spans more than a node (GB200 / GB300 NVL72: 72 GPUs), else a node of ``NODE_GPUS``."""
+    profile = catalog.hardware_profile(device)
+    domain = profile.scale_up.domain_size if profile.scale_up is not None else 1
+    return ("rack", domain) if domain > NODE_GPUS else ("node", NODE_GPUS)
+
+
+def rank_basis(space: SearchSpace, best: pd.DataFrame) -> str:
+    """The column devices are ranked by: the fleet's USD per hour for the demand (lowest
+    first) when the space has a demand and a price, else tokens per USD, else throughput per
+    GPU (highest first)."""
+    demand = space.demand_users or space.demand_requests_per_s
+    if demand and "fleet_usd_per_hour" in best.columns and best.fleet_usd_per_hour.notna().any():
+        return "fleet_usd_per_hour"
+    if "tokens_per_usd" in best.columns and best.tokens_per_usd.notna().any():
+        return "tokens_per_usd"
+    return "throughput_tok_per_s_per_gpu"
+
+
 def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     """The best operating point of each device (by tokens per dollar, else throughput per GPU),
     with the fleet it takes for ``demand_users`` (users per replica = its concurrency) or
-    ``demand_requests_per_s`` (requests per second a replica completed at that point)."""
+    ``demand_requests_per_s`` (requests per second a replica completed at that point), ranked
+    (``rank``: 1 is the answer) by ``rank_basis``.
+
+    The fleet is bought by ``unit`` (``node`` of 8 GPUs, or ``rack`` of the scale-up domain
+    for NVL72 systems): ``units`` of ``unit_gpus``, ``gpus_bought`` GPUs for the ``gpus`` in
+    use, ``fleet_usd_per_hour`` / ``fleet_usd_per_month`` for what is bought, with the range
+    if the simulator is off by the device's error band (``_band_low`` / ``_band_high``) and
+    at the ends of the seeds' throughput interval (``_ci_low`` / ``_ci_high``). ``nodes``
+    (GPUs / 8) and ``usd_per_hour`` (GPUs in use x price) are kept as before."""
     points = operating_points(runs)
     if points.empty:
         return points
@@ -202,39 +239,88 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     elif space.demand_requests_per_s:
         replicas = [math.ceil(space.demand_requests_per_s / r) for r in best.requests_per_s]
     if replicas:
-        # a deployment (dp replicas of tp GPUs, or its prefill and decode replicas) serves
-        # `concurrency` users together
-        gpus = [n * int(g) for n, g in zip(replicas, best.gpus_per_deployment, strict=True)]
-        best["replicas"] = replicas
-        best["gpus"] = gpus
-        best["nodes"] = [math.ceil(g / NODE_GPUS) for g in gpus]
-        best["usd_per_hour"] = [
-            g * p if p else None for g, p in zip(gpus, best.usd_per_gpu_hour, strict=True)
+        _add_fleet(space, best, replicas)
+    basis = rank_basis(space, best)
+    ascending = basis == "fleet_usd_per_hour"
+    best = best.sort_values(basis, ascending=ascending, na_position="last", kind="stable")
+    best["rank"] = range(1, len(best) + 1)
+    return best
+
+
+def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> None:
+    # a deployment (dp replicas of tp GPUs, or its prefill and decode replicas) serves
+    # `concurrency` users together
+    gpus = [n * int(g) for n, g in zip(replicas, best.gpus_per_deployment, strict=True)]
+    prices = list(best.usd_per_gpu_hour)
+    best["replicas"] = replicas
+    best["gpus"] = gpus
+    best["nodes"] = [math.ceil(g / NODE_GPUS) for g in gpus]
+    best["usd_per_hour"] = [g * p if p else None for g, p in zip(gpus, prices, strict=True)]
+    best["usd_per_month"] = [
+        h * HOURS_PER_MONTH if h is not None else None for h in best.usd_per_hour
+    ]
+    if space.demand_users:
+        best["usd_per_user_hour"] = [
+            h / space.demand_users if h is not None else None for h in best.usd_per_hour
         ]
-        best["usd_per_month"] = [
-            h * HOURS_PER_MONTH if h is not None else None for h in best.usd_per_hour
-        ]
-        if space.demand_users:
-            best["usd_per_user_hour"] = [
-                h / space.demand_users if h is not None else None for h in best.usd_per_hour
-            ]
-        band = [model_error(d) for d in best.device]
-        best["model_error_pct"] = [b.median_ape_pct for b in band]
-        best["model_error_basis"] = [b.basis for b in band]
-        # the node count if the simulator is off by its error band: capacity per deployment
-        # scales with the throughput (an optimistic model buys too few nodes)
-        low, high = [], []
-        for n_gpus, b in zip(gpus, band, strict=True):
-            e = b.median_ape_pct / 100.0
-            low.append(math.ceil(n_gpus / (1.0 + e) / NODE_GPUS))
-            high.append(math.ceil(n_gpus / max(1.0 - e, 0.05) / NODE_GPUS))
-        best["nodes_band_low"], best["nodes_band_high"] = low, high
-    return best.sort_values(key, ascending=False)
+    band = [model_error(d) for d in best.device]
+    best["model_error_pct"] = [b.median_ape_pct for b in band]
+    best["model_error_basis"] = [b.basis for b in band]
+    units = [fleet_unit(d) for d in best.device]
+    best["unit"] = [u for u, _ in units]
+    best["unit_gpus"] = [n for _, n in units]
+
+    def count(n_gpus: float, per_unit: int) -> int:
+        return math.ceil(n_gpus / per_unit - 1e-9)
+
+    # the fleet if the simulator is off by its error band: capacity per deployment scales with
+    # the throughput (an optimistic model buys too few nodes)
+    factors = {
+        "band_low": [1.0 + b.median_ape_pct / 100.0 for b in band],
+        "band_high": [max(1.0 - b.median_ape_pct / 100.0, 0.05) for b in band],
+        # ... and at the ends of the seeds' throughput interval
+        "ci_low": list(_ratio(best, "throughput_tok_per_s_per_gpu_ci_high")),
+        "ci_high": list(_ratio(best, "throughput_tok_per_s_per_gpu_ci_low")),
+    }
+    best["nodes_band_low"] = [
+        count(g / f, NODE_GPUS) for g, f in zip(gpus, factors["band_low"], strict=True)
+    ]
+    best["nodes_band_high"] = [
+        count(g / f, NODE_GPUS) for g, f in zip(gpus, factors["band_high"], strict=True)
+    ]
+    per_unit = [n for _, n in units]
+    best["units"] = [count(g, n) for g, n in zip(gpus, per_unit, strict=True)]
+    ends = {end: [count(g / f, n) for g, f, n in zip(gpus, fs, per_unit, strict=True)]
+            for end, fs in factors.items()}  # fmt: skip
+    best["units_band_low"], best["units_band_high"] = ends["band_low"], ends["band_high"]
+    best["gpus_bought"] = [u * n for u, n in zip(best.units, per_unit, strict=True)]
+
+    def cost(counts: list[int]) -> list[float | None]:
+        return [u * n * p if p else None for u, n, p in zip(counts, per_unit, prices, strict=True)]
+
+    best["fleet_usd_per_hour"] = cost(list(best.units))
+    for end, counts in ends.items():
+        best[f"fleet_usd_per_hour_{end}"] = cost(counts)
+    best["fleet_usd_per_month"] = [
+        h * HOURS_PER_MONTH if h is not None else None for h in best.fleet_usd_per_hour
+    ]
+
+
+def _ratio(best: pd.DataFrame, column: str) -> list[float]:
+    """Throughput at one end of its interval over the mean (1 where there is no interval)."""
+    if column not in best.columns:
+        return [1.0] * len(best)
+    out = []
+    for end, mean in zip(best[column], best.throughput_tok_per_s_per_gpu, strict=True):
+        ok = end is not None and end == end and mean
+        out.append(max(float(end) / float(mean), 0.05) if ok else 1.0)
+    return out
 
 
 def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
     """Throughput change from moving each swept knob one step from a device's best config,
-    at the same concurrency."""
+    at the same concurrency (``throughput_change`` a fraction, ``throughput_change_pct`` the
+    same in percent)."""
     import pandas as pd
 
     rows = []
@@ -260,12 +346,13 @@ def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> p
                 if moved.empty:
                     rows.append({"device": b.device, "knob": knob, "from": b[knob],
                                  "to": values[j], "throughput_change": None,
+                                 "throughput_change_pct": None,
                                  "note": "pruned or not run"})  # fmt: skip
                     continue
                 m = moved.iloc[0]
                 change = m.throughput_tok_per_s_per_gpu / b.throughput_tok_per_s_per_gpu - 1
                 rows.append({"device": b.device, "knob": knob, "from": b[knob], "to": values[j],
-                             "throughput_change": change,
+                             "throughput_change": change, "throughput_change_pct": 100 * change,
                              "note": "meets SLO" if m.slo_met else "misses SLO"})  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -354,3 +441,207 @@ def mode_comparison(runs: pd.DataFrame) -> pd.DataFrame:
         row["disaggregated_vs_aggregated"] = dis / agg - 1 if agg and dis is not None else None
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ why a device has no answer
+
+# the reasons ``expand`` prunes a configuration for memory (``MemoryReport.fits_reason``)
+MEMORY_REASONS = ("weights exceed", "no memory left for the KV cache", "KV cache holds",
+                  "exceed the usable memory")  # fmt: skip
+MAX_TP_TRIED = 1024  # the widest tensor-parallel group ``min_gpus_for_weights`` looks at
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a device has no SLO-meeting configuration (``meets`` where it has one)."""
+
+    device: str
+    kind: Literal["meets", "does_not_fit", "misses_slo", "no_valid_configuration"]
+    text: str
+
+
+def min_gpus_for_weights(space: SearchSpace, device: str) -> int | None:
+    """The fewest GPUs of ``device`` (one tensor-parallel group, experts spread with it when
+    the sweep tries expert parallelism) whose memory holds the model's weights beside the
+    activation and runtime reserves, at the space's base serving knobs; None beyond
+    ``MAX_TP_TRIED``. The scale-up domain is not applied: this is what the weights need."""
+    from simulator.memory import activation_reserve_bytes, check_deployment
+    from simulator.weights import weights_per_gpu
+
+    card = catalog.model_card(space.model)
+    profile = catalog.hardware_profile(device)
+    expert = max(space.sweep.ep) > 1 or space.serving.ep > 1
+    budget = space.serving.gpu_memory_utilization * profile.usable_memory_bytes
+    for tp in range(1, MAX_TP_TRIED + 1):
+        trial = space.serving.model_copy(
+            update={"tp": tp, "dp": 1, "ep": tp if expert else 1, "dcp": 1}
+        )
+        try:
+            check_deployment(card, trial)
+        except SpecError:  # tp does not divide the heads (or ep the experts): not a deployment
+            continue
+        weights = sum(g.bytes_per_gpu for g in weights_per_gpu(card, trial))
+        reserve = activation_reserve_bytes(card, trial, profile) + trial.runtime_reserve_bytes
+        if weights + reserve < budget:
+            return tp
+    return None
+
+
+def verdicts(
+    space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame, pruned: pd.DataFrame | None = None
+) -> list[Verdict]:
+    """Per device of the space, whether it has an answer and, if not, why: every
+    configuration pruned for memory (``does not fit: needs at least N GPUs for the weights``),
+    configurations that ran but never met the SLO (``misses the SLO``: its best P90
+    interactivity at the lowest load tried), or every configuration invalid for another
+    reason. ``pruned`` is ``pruned_table``'s (without it, the memory check alone tells)."""
+    met = set(best.device) if not best.empty else set()
+    ran = set(runs.device) if "device" in runs.columns else set()
+    out = []
+    for device in space.devices:
+        if device in met:
+            out.append(Verdict(device, "meets", "meets the SLO"))
+        elif device in ran:
+            out.append(Verdict(device, "misses_slo", _misses_text(space, runs, device)))
+        else:
+            out.append(_pruned_verdict(space, device, pruned))
+    return out
+
+
+def _pruned_verdict(space: SearchSpace, device: str, pruned: pd.DataFrame | None) -> Verdict:
+    mine = pruned[pruned.device == device] if pruned is not None and not pruned.empty else None
+    reasons = [] if mine is None else [str(r) for r in mine.reason if " repeats " not in str(r)]
+    tps = [int(t) for t in mine.tp] if mine is not None and not mine.empty else []
+    tried = max(tps or knob_values(space)["tp"])
+    need = min_gpus_for_weights(space, device)
+    profile = catalog.hardware_profile(device)
+    domain = profile.scale_up.domain_size if profile.scale_up is not None else 1
+    unit, _ = fleet_unit(device)
+    has = (
+        f"has {domain} per {unit}, TP tried up to {tried}"
+        if profile.scale_up is not None
+        else "has 1 per deployment: no scale-up fabric"
+    )
+    if need is None:
+        return Verdict(
+            device,
+            "does_not_fit",
+            f"does not fit: the weights do not fit on {MAX_TP_TRIED:,} GPUs ({has})",
+        )
+    if need > min(tried, domain):  # TP beyond the scale-up domain is pruned as well
+        return Verdict(
+            device,
+            "does_not_fit",
+            f"does not fit: needs at least {need} GPUs for the weights ({has})",
+        )
+    if any(m in r for r in reasons for m in MEMORY_REASONS):
+        return Verdict(
+            device,
+            "does_not_fit",
+            f"does not fit: the weights fit on {need} GPUs but leave no room for the KV cache"
+            f" of one sequence ({has})",
+        )
+    if not reasons:
+        text = "every configuration was pruned (the reasons are in pruned.csv)"
+    else:
+        text = f"no valid configuration: {max(set(reasons), key=reasons.count)}"
+    return Verdict(device, "no_valid_configuration", text)
+
+
+def _misses_text(space: SearchSpace, runs: pd.DataFrame, device: str) -> str:
+    """The best the device did at the lowest load tried, in the terms of the SLO it missed."""
+    mine = runs[runs.device == device]
+    lowest = int(mine.concurrency.min())
+    at = mine[mine.concurrency == lowest].sort_values("interactivity_p90", ascending=False)
+    r = at.iloc[0]
+    slo = space.slo
+    where = f"at the lowest load tried ({lowest} users, {config_label(r)})"
+    target = slo.interactivity_tok_per_s_p90
+    worst = r.get("interactivity_p90_worst")
+    inter = r.interactivity_p90
+    if target and (inter is None or inter != inter or inter < target):
+        shown = "-" if inter is None or inter != inter else f"{inter:,.1f}"
+        best_seen = f"best P90 interactivity {shown} tok/s/user (SLO {target:g})"
+        return f"misses the SLO: {best_seen} {where}"
+    if target and worst is not None and worst == worst and worst < target:
+        return (
+            f"misses the SLO: best P90 interactivity {inter:,.1f} tok/s/user on the mean but"
+            f" {worst:,.1f} on its worst seed (SLO {target:g}) {where}"
+        )
+    ttft = r.get("ttft_p90_s_worst")
+    if slo.ttft_s_p90 and ttft is not None and ttft == ttft and ttft > slo.ttft_s_p90:
+        return f"misses the SLO: P90 TTFT {ttft:,.2f} s (SLO {slo.ttft_s_p90:g} s) {where}"
+    if bool(r.get("saturated")):
+        return f"misses the SLO: its queue grows (saturated) {where}"
+    return f"misses the SLO {where}"
+
+
+# -------------------------------------------------------------------------- readable labels
+
+KNOB_NAMES = {
+    "tp": "tensor parallel (TP)",
+    "dcp": "decode context parallel (DCP)",
+    "dp": "data-parallel replicas (DP)",
+    "ep": "expert parallel (EP)",
+    "cpu_offload_bytes": "CPU KV offload",
+    "max_num_seqs": "max running sequences",
+    "max_num_batched_tokens": "max batched tokens per step",
+    "speculative": "speculative decoding",
+    "disaggregation": "prefill/decode split",
+}
+
+
+def _missing(x: object) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or x == ""
+
+
+def size_text(n_bytes: float) -> str:
+    """Bytes in binary units, as an offload size reads: ``512 GiB``, ``1 TiB``."""
+    if n_bytes >= 2**40:
+        return f"{n_bytes / 2**40:.3g} TiB"
+    return f"{n_bytes / 2**30:.3g} GiB"
+
+
+def knob_text(knob: str, value: object) -> str:
+    """One knob value as a reader reads it (None: vLLM's default)."""
+    if _missing(value):
+        return "none" if knob in ("speculative",) else "vLLM default"
+    if knob == "cpu_offload_bytes":
+        return size_text(float(value)) if float(value) else "none"  # type: ignore[arg-type]
+    if knob == "speculative" and isinstance(value, dict):
+        return f"{value['method']} K={value['num_speculative_tokens']}"
+    if knob == "disaggregation" and not isinstance(value, str):
+        return disaggregation_text(value)  # type: ignore[arg-type]
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def config_label(row: Any) -> str:
+    """A configuration as a buyer reads it: ``TP8 DCP2 DP2 EP8, offload 1 TiB, speculative
+    eagle K=3, split 1P1D send-back`` (from a runs, best or pruned row)."""
+
+    def get(k: str) -> Any:
+        return row.get(k) if hasattr(row, "get") else row[k]
+
+    parallel = [f"TP{knob_text('tp', get('tp'))}"]
+    for k in ("dcp", "dp", "ep"):
+        v = get(k)
+        if not _missing(v) and int(v) > 1:
+            parallel.append(f"{k.upper()}{int(v)}")
+    parts = [" ".join(parallel)]
+    offload = get("cpu_offload_bytes")
+    if not _missing(offload) and float(offload):
+        parts.append(f"offload {size_text(float(offload))}")
+    if not _missing(get("max_num_seqs")):
+        parts.append(f"max {knob_text('max_num_seqs', get('max_num_seqs'))} seqs")
+    if not _missing(get("max_num_batched_tokens")):
+        parts.append(f"{knob_text('max_num_batched_tokens', get('max_num_batched_tokens'))}"
+                     " batched tokens")  # fmt: skip
+    spec = get("speculative")
+    if not _missing(spec):
+        parts.append(f"speculative {knob_text('speculative', spec)}")
+    split = get("disaggregation")
+    if not _missing(split) and knob_text("disaggregation", split) != "aggregated":
+        parts.append(f"split {knob_text('disaggregation', split)}")
+    return ", ".join(parts)
