@@ -30,7 +30,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.core-installed
 	$(BIN)/plan demo
-	$(BIN)/plan search scenarios/search-kimi-k3-agentic.yaml --out out
+	$(BIN)/plan search simulator/examples/search-kimi-k3-agentic.yaml --out out
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

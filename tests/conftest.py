@@ -28,6 +28,18 @@ def _user_data_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         os.environ["PLAN_HOME"] = old
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width() -> Iterator[None]:
+    """Captured output is as wide as the CLI makes it when piped (160 columns), not what the
+    environment says: pytest-xdist workers inherit COLUMNS=80 from their launcher, which
+    would wrap every table of a test run in parallel. Tests of narrow output set COLUMNS
+    themselves."""
+    old = os.environ.pop("COLUMNS", None)
+    yield
+    if old is not None:
+        os.environ["COLUMNS"] = old
+
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

@@ -1,17 +1,21 @@
 """Shared pieces of the `plan` CLI: the app, error handling, output helpers."""
 
 import functools
+import inspect
 import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from pathlib import Path, PurePath
+from typing import Annotated, Any, NoReturn, TypeVar, get_args, get_origin
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperOption
 
+import simulator
+from simulator.cli.tables import PlanConsole
 from simulator.outputs import abort_open
 from simulator.specs import SpecError
 
@@ -19,8 +23,13 @@ GIB = float(1 << 30)
 
 
 def console() -> Console:
-    """Rich console on the current stdout; wide tables when piped or captured."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    """Rich console on the current stdout: the terminal's width; when piped or captured,
+    ``$COLUMNS`` if set, else 160."""
+    width: int | None = None
+    if not sys.stdout.isatty():
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else 160
+    return PlanConsole(highlight=False, width=width)
 
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -68,9 +77,42 @@ def repeated_options(command: Any, ctx: Any, args: list[str]) -> str | None:
     return None
 
 
+_TYPE_NAMES = {int: "INTEGER", float: "FLOAT", str: "TEXT", bool: "BOOLEAN"}
+
+
+def _metavar(param: Any) -> str:
+    """A readable placeholder for an option's value: its choices, else INTEGER, FLOAT, TEXT,
+    PATH (never a Python type such as ``<list[str]>``)."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None:
+        return "VALUE"
+    if desc.is_choice and desc.choices:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    if desc.is_path:
+        return "PATH"
+    annotation = desc.annotation
+    if get_origin(annotation) is list:
+        annotation = get_args(annotation)[0]
+    if isinstance(annotation, type) and issubclass(annotation, PurePath):
+        return "PATH"
+    return _TYPE_NAMES.get(annotation, "VALUE")
+
+
 class OnceCommand(TyperCommand):
     """A command whose single-value options may be given once: a repeated one is one
-    ``error:`` line and exit code 2, instead of the last value winning silently."""
+    ``error:`` line and exit code 2, instead of the last value winning silently.
+
+    Its help names values by placeholders (``--device TEXT``, ``--out DIR``, an argument by
+    its metavar alone), not by Python types."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperOption) and param.metavar is None:
+                if not (param.is_flag or param.count):
+                    param.metavar = _metavar(param)
+            elif isinstance(param, TyperArgument) and param.metavar is None:
+                param.metavar = (param.name or "value").upper()
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:
@@ -80,9 +122,35 @@ class OnceCommand(TyperCommand):
                 raise typer.Exit(2)
         return super().parse_args(ctx, args)
 
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if isinstance(param, TyperArgument):  # its metavar, without typer's <path>
+                arguments.append((param.metavar or record[0], record[1]))
+            elif param.param_type_name == "option":
+                options.append(record)
+        for title, records in (("Arguments", arguments), ("Options", options)):
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
 
-def command(group: typer.Typer, name: str) -> Callable[[F], F]:
-    """Register a command whose bad input ends in one line on stderr and exit code 2."""
+
+def first_sentence(text: str | None) -> str | None:
+    """The first sentence of a docstring, whole (the command list shows it wrapped)."""
+    if not text:
+        return None
+    paragraph = " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+    head, dot, _ = paragraph.partition(". ")
+    return head + dot.strip() if dot else paragraph
+
+
+def command(group: typer.Typer, name: str, short_help: str | None = None) -> Callable[[F], F]:
+    """Register a command whose bad input ends in one line on stderr and exit code 2 (a
+    validation with several errors: one ``error:`` line each). ``short_help`` is its line in
+    the command list (default: its docstring's first sentence, whole)."""
 
     def register(func: F) -> F:
         @functools.wraps(func)
@@ -90,7 +158,10 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
             try:
                 func(*args, **kwargs)
             except SpecError as exc:
-                fail(f"error: {exc}", 2)
+                *first, last = exc.errors()  # every error of a validation, one line each
+                for e in first:
+                    typer.echo(f"error: {e}", err=True)
+                fail(f"error: {last}", 2)
             except (typer.Exit, typer.Abort):
                 raise
             except Exception as exc:
@@ -102,15 +173,20 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
             finally:  # an output folder not swapped in: removed, the old one left as it was
                 abort_open()
 
-        group.command(name, cls=OnceCommand)(run)
+        group.command(name, cls=OnceCommand, short_help=short_help or first_sentence(func.__doc__))(
+            run
+        )
         return func
 
     return register
 
 
-def make_typer(help_text: str) -> typer.Typer:
+def make_typer(help_text: str, short_help: str | None = None) -> typer.Typer:
+    """A command group (``plan profiles``...): its help, and its line in ``plan --help``
+    (default: the help's first sentence, whole)."""
     return typer.Typer(
         help=help_text,
+        short_help=short_help or first_sentence(help_text),
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
@@ -118,9 +194,74 @@ def make_typer(help_text: str) -> typer.Typer:
     )
 
 
-app = make_typer("Capacity planner for hybrid-attention LLM serving.")
+# the root app alone offers shell completion (--install-completion, --show-completion)
+app = typer.Typer(
+    help="Capacity planner for hybrid-attention LLM serving.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"plan {simulator.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Capacity planner for hybrid-attention LLM serving."""
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Change a field of the file before it is checked, e.g. serving.tp=4,"
+        " workload.sessions=200, devices=[b300,h200] (the value is YAML; repeatable).",
+    ),
+]
+
+
+def spec_kind(data: Any) -> str | None:
+    """What a spec file's data is by its shape: ``scenario`` (one ``device``), ``search
+    space`` (``devices``), or None (neither, or both; a key set to null is not there)."""
+    if not isinstance(data, dict):
+        return None
+    one, many = data.get("device") is not None, data.get("devices") is not None
+    if one == many:
+        return None
+    return "scenario" if one else "search space"
+
+
+def check_kind(data: Any, file: Path, want: str) -> None:
+    """A scenario given to `plan search` (or a search space to `plan run`) said so, instead
+    of the first field the other kind lacks."""
+    kind = spec_kind(data)
+    if kind is None or kind == want:
+        return
+    if kind == "scenario":
+        hint = (
+            f"this is a scenario (one device); use plan run {file}, or plan search with a"
+            " search space (devices, sweep)"
+        )
+    else:
+        hint = (
+            f"this is a search space (devices, sweep); use plan search {file}, or plan run"
+            " with a scenario (one device)"
+        )
+    raise SpecError(file, "(file)", hint)
 
 
 def finite(data: Any) -> Any:

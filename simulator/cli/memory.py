@@ -1,5 +1,6 @@
 """`plan memory` and `plan demo`."""
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -8,6 +9,7 @@ from rich.table import Table
 
 from simulator import catalog
 from simulator.cli.base import GIB, JsonOpt, app, command, console, gib, print_json, print_pairs
+from simulator.cli.tables import natural_width
 from simulator.specs import (
     Scenario,
     ServingConfig,
@@ -31,11 +33,14 @@ def serving_from(serving_file: Path | None, **flags: Any) -> tuple[ServingConfig
     return parse(ServingConfig, base, source, prefix="serving"), source
 
 
-@command(app, "memory")
+@command(app, "memory", short_help="Memory per GPU and the sequences that fit.")
 def memory(
-    model: Annotated[str, typer.Option(help="Model card name or path to a card YAML.")],
+    model: Annotated[
+        str, typer.Option(metavar="NAME|FILE", help="Model card name or path to a card YAML.")
+    ],
     device: Annotated[
-        list[str], typer.Option(help="Device profile name or path; repeat to compare.")
+        list[str],
+        typer.Option(metavar="NAME|FILE", help="Device profile name or path; repeat to compare."),
     ],
     context: Annotated[int, typer.Option(help="Context length per sequence (tokens).")] = 8192,
     num_seqs: Annotated[int, typer.Option(help="Sequences that must fit at --context.")] = 1,
@@ -45,17 +50,23 @@ def memory(
     dcp: Annotated[
         list[int] | None, typer.Option(help="Decode context parallel size; repeat to compare.")
     ] = None,
-    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto|bf16|fp8|fp8_ds_mla|...")] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
-    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    kv_cache_dtype: Annotated[
+        str | None, typer.Option(metavar="DTYPE", help="auto|bf16|fp8|fp8_ds_mla|...")
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="vLLM --gpu-memory-utilization (0 to 1).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="vLLM --max-num-batched-tokens.")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
     block_size: Annotated[int | None, typer.Option(help="vLLM --block-size (tokens).")] = None,
     max_model_len: Annotated[
         int | None,
         typer.Option(help="vLLM --max-model-len (default: the model's context)."),
     ] = None,
     serving: Annotated[
-        Path | None, typer.Option(help="ServingConfig YAML; flags override it.")
+        Path | None, typer.Option(metavar="FILE", help="ServingConfig YAML; flags override it.")
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -161,51 +172,66 @@ def _print_memory_detail(r: Any) -> None:
     print_pairs("KV cache and capacity (per GPU unless stated)", rows)
 
 
-def _print_memory_comparison(reports: list[Any]) -> None:
+# the comparison's columns: (header, value of a report); device and dcp lead both halves
+COMPARISON: list[tuple[str, Callable[[Any], str]]] = [
+    ("device", lambda r: r.device),
+    ("dcp", lambda r: str(r.dcp)),
+    ("fits", lambda r: "yes" if r.fits else "NO"),
+    ("weights GiB", lambda r: gib(r.weight_bytes_per_gpu)),
+    ("KV+state GiB", lambda r: gib(max(r.kv_cache_bytes_per_gpu, 0.0))),
+    ("KV B/token", lambda r: f"{r.kv_bytes_per_token_per_gpu:,.0f}"),
+    ("KV/seq GiB", lambda r: f"{r.kv_bytes_per_seq_per_gpu / GIB:,.2f}"),
+    ("state/seq MiB", lambda r: f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f}"),
+    ("state pages MiB", lambda r: f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f}"),
+    ("block tokens", lambda r: str(r.block_size_tokens)),
+    ("sessions", lambda r: f"{r.max_seqs_at_context:,}"),
+    ("sessions/GPU", lambda r: f"{r.max_seqs_at_context_per_gpu:,.1f}"),
+]
+SPLIT = 7  # a narrow terminal: columns [:SPLIT] (memory), then device, dcp and the rest
+
+
+def memory_comparison_tables(reports: list[Any], width: int) -> list[Table]:
+    """One table of every report, or, if that is wider than ``width``, two: the memory
+    (weights, KV) and the capacity (state, blocks, sessions), each keyed by device and dcp."""
     r0 = reports[0]
-    t = Table(
-        title=f"{r0.model}: {r0.context_tokens:,}-token sequences, tp {r0.tp},"
-        f" kv {r0.kv_cache_dtype} (per GPU; sessions per replica of tp GPUs)"
+    title = (
+        f"{r0.model}: {r0.context_tokens:,}-token sequences, tp {r0.tp}, kv {r0.kv_cache_dtype}"
+        " (per GPU; sessions per replica of tp GPUs)"
     )
-    cols = (
-        "device",
-        "dcp",
-        "fits",
-        "weights GiB",
-        "KV+state GiB",
-        "KV B/token",
-        "KV/seq GiB",
-        "state/seq MiB",
-        "state pages MiB",
-        "block tokens",
-        "sessions",
-        "sessions/GPU",
-    )
-    for col in cols:
-        t.add_column(col, justify="left" if col in ("device", "fits") else "right")
-    for r in reports:
-        t.add_row(
-            r.device,
-            str(r.dcp),
-            "yes" if r.fits else "NO",
-            gib(r.weight_bytes_per_gpu),
-            gib(max(r.kv_cache_bytes_per_gpu, 0.0)),
-            f"{r.kv_bytes_per_token_per_gpu:,.0f}",
-            f"{r.kv_bytes_per_seq_per_gpu / GIB:,.2f}",
-            f"{r.state_bytes_per_seq_per_gpu / 2**20:,.1f}",
-            f"{r.state_pool_bytes_per_seq_per_gpu / 2**20:,.1f}",
-            str(r.block_size_tokens),
-            f"{r.max_seqs_at_context:,}",
-            f"{r.max_seqs_at_context_per_gpu:,.1f}",
-        )
-    console().print(t)
+
+    def table(title: str, columns: list[tuple[str, Callable[[Any], str]]]) -> Table:
+        t = Table(title=title)
+        for header, _ in columns:
+            t.add_column(header, justify="left" if header in ("device", "fits") else "right")
+        for r in reports:
+            t.add_row(*(value(r) for _, value in columns))
+        return t
+
+    whole = table(title, COMPARISON)
+    if natural_width(whole) <= width:
+        return [whole]
+    what = f"{r0.context_tokens:,}-token sequences, tp {r0.tp}, kv {r0.kv_cache_dtype}"
+    return [
+        table(f"{r0.model}: memory per GPU ({what})", COMPARISON[:SPLIT]),
+        table(
+            f"{r0.model}: capacity (sessions per replica of tp GPUs)",
+            [*COMPARISON[:2], *COMPARISON[SPLIT:]],
+        ),
+    ]
+
+
+def _print_memory_comparison(reports: list[Any]) -> None:
+    con = console()
+    for t in memory_comparison_tables(reports, con.width):
+        con.print(t)
+    r0 = reports[0]
     for r in reports:
         if not r.fits:
-            console().print(f"  {r.device} dcp {r.dcp}: {r.fits_reason}")
-    console().print(f"  fits on (model alone): {r0.fits_on}")
+            con.print(f"  {r.device} dcp {r.dcp}: {r.fits_reason}")
+    con.print(f"  fits on (model alone): {r0.fits_on}")
 
 
-@command(app, "demo")
+@command(app, "demo", short_help="Kimi K3 on four devices: memory, then 64 agents.")
 def demo(
     simulate_minutes: Annotated[
         float, typer.Option(help="Simulated minutes of agent traffic (0: memory table only).")

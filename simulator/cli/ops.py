@@ -48,7 +48,7 @@ def _parse_prefill(spec: str) -> tuple[int, int, int]:
     return values
 
 
-@command(app, "step")
+@command(app, "step", short_help="One engine step's time, by category and op.")
 def step(
     model: Annotated[str, typer.Option(help="Model card name or path to a card YAML.")],
     device: Annotated[str, typer.Option(help="Device profile name or path.")],
@@ -218,7 +218,7 @@ def _range(lo_hi: tuple[float, float] | None) -> str:
     return "-" if lo_hi is None else f"{lo_hi[0]:.3g} .. {lo_hi[1]:.3g}"
 
 
-@command(ops_app, "predict")
+@command(ops_app, "predict", short_help="Price a CSV of op shapes on a device.")
 def ops_predict(
     device: Annotated[str, typer.Option(help="Device profile name or path.")],
     input_csv: Annotated[
@@ -255,7 +255,7 @@ def ops_predict(
         sys.stdout.write(table.to_csv(index=False))
 
 
-@command(app, "fit")
+@command(app, "fit", short_help="Fit latency models to op measurements.")
 def fit(
     device: Annotated[str, typer.Option(help="Device profile name (the measurements' device).")],
     measurements: MeasurementsOpt = None,
@@ -319,7 +319,7 @@ def fit(
     typer.echo(f"wrote {path}", err=True)
 
 
-@command(validate_app, "ops")
+@command(validate_app, "ops", short_help="Op latency errors: prior vs fitted, k-fold.")
 def validate_ops(
     device: Annotated[
         str | None,
@@ -549,7 +549,7 @@ def _write_validation(
         typer.echo(f"wrote {markdown}", err=True)
 
 
-@command(validate_app, "inferencemax")
+@command(validate_app, "inferencemax", short_help="Simulate InferenceMAX v1 points; APE.")
 def validate_inferencemax(
     data: Annotated[
         Path | None,
@@ -647,7 +647,7 @@ def validate_inferencemax(
     )
 
 
-@command(validate_app, "silicon")
+@command(validate_app, "silicon", short_help="Simulate aiconfigurator silicon points; APE.")
 def validate_silicon(
     data: Annotated[
         Path | None,

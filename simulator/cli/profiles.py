@@ -21,9 +21,13 @@ from simulator.specs import (
 )
 
 profiles_app = make_typer(
-    "Hardware profiles, model cards and cost models shipped with the planner."
+    "Hardware profiles, model cards and cost models shipped with the planner.",
+    short_help="Hardware profiles, model cards, cost models.",
 )
-models_app = make_typer("Model cards: list them, or import one from a Hugging Face config.json.")
+models_app = make_typer(
+    "Model cards: list them, or import one from a Hugging Face config.json.",
+    short_help="Model cards: list, or import a config.json.",
+)
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
 
@@ -54,22 +58,25 @@ def profiles_list(as_json: JsonOpt = False) -> None:
             }
         )
         return
-    from simulator.weights import total_params
+    con = console()
+    con.print(hardware_table(devices))
+    con.print(model_table(models))
+    ct = Table(title="Cost models (hardware_profiles/cost_models.yaml), USD per GPU-hour")
+    ct.add_column("name")
+    ct.add_column("prices")
+    for c in costs.values():
+        ct.add_row(c.name, ", ".join(f"{k} {v:.2f}" for k, v in c.usd_per_gpu_hour.items()))
+    con.print(ct)
 
+
+def hardware_table(devices: list[HardwareProfile]) -> Table:
+    """Name, device, memory, bandwidth, peak dense PFLOP/s, scale-up, status (and whether
+    its latency models are calibrated on it)."""
     table = Table(title="Hardware profiles (hardware_profiles/<name>/profile.yaml)")
-    for col in (
-        "name",
-        "device",
-        "usable GiB",
-        "HBM TB/s",
-        "BF16 PF",
-        "FP8 PF",
-        "FP4 PF",
-        "scale-up",
-        "status",
-        "calibrated",
-    ):
-        table.add_column(col, justify="right" if col[0].isupper() or "GiB" in col else "left")
+    for col in ("name", "device", "usable GiB", "HBM TB/s", "BF16 PF", "FP8 PF", "FP4 PF",
+                "scale-up", "status"):  # fmt: skip
+        right = col.endswith(("GiB", "TB/s", "PF"))
+        table.add_column(col, justify="right" if right else "left", no_wrap=col == "status")
     for d in devices:
         pf = d.peak_flops_per_s
         table.add_row(
@@ -81,28 +88,29 @@ def profiles_list(as_json: JsonOpt = False) -> None:
             f"{pf.fp8 / 1e15:.2f}" if pf.fp8 else "-",
             f"{pf.fp4 / 1e15:.2f}" if pf.fp4 else "-",
             f"{d.scale_up.kind} x{d.scale_up.domain_size}" if d.scale_up else "none",
-            d.status,
-            str(d.calibrated).lower(),
+            d.status + ("\ncalibrated" if d.calibrated else ""),
         )
-    console().print(table)
-    mt = Table(title="Model cards (simulator/model_cards/<name>.yaml)")
+    return table
+
+
+def model_table(models: list[ModelCard]) -> Table:
+    """Name, Hugging Face id, layers, mixers, parameters."""
+    from simulator.weights import total_params
+
+    table = Table(title="Model cards (simulator/model_cards/<name>.yaml)")
     for col in ("name", "hf id", "layers", "mixers", "params (B)"):
-        mt.add_column(col)
+        table.add_column(col, justify="right" if col in ("layers", "params (B)") else "left")
     for m in models:
         mixers = ", ".join(f"{len(v)} {k}" for k, v in m.layers.mixers.items() if v)
-        mt.add_row(m.name, m.hf_id, str(m.layers.count), mixers, f"{total_params(m) / 1e9:,.1f}")
-    console().print(mt)
-    ct = Table(title="Cost models (hardware_profiles/cost_models.yaml), USD per GPU-hour")
-    ct.add_column("name")
-    ct.add_column("prices")
-    for c in costs.values():
-        ct.add_row(c.name, ", ".join(f"{k} {v:.2f}" for k, v in c.usd_per_gpu_hour.items()))
-    console().print(ct)
+        table.add_row(m.name, m.hf_id, str(m.layers.count), mixers, f"{total_params(m) / 1e9:,.1f}")
+    return table
 
 
 @command(profiles_app, "show")
 def profiles_show(
-    name: Annotated[str, typer.Argument(help="A device, model card or cost model name.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="A device, model card or cost model name.")
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Print one hardware profile, model card or cost model."""
@@ -125,9 +133,11 @@ def profiles_show(
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
 
 
-@command(profiles_app, "schema")
+@command(profiles_app, "schema", short_help="Print the JSON Schema of a kind of spec file.")
 def profiles_schema(
-    kind: Annotated[str | None, typer.Argument(help=f"One of: {', '.join(SCHEMAS)}.")] = None,
+    kind: Annotated[
+        str | None, typer.Argument(metavar="KIND", help=f"One of: {', '.join(SCHEMAS)}.")
+    ] = None,
 ) -> None:
     """Print the JSON Schema of the spec files (all of them when no kind is given)."""
     if kind is None:
@@ -150,17 +160,20 @@ def models_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(names)
     else:
-        for n in names:
-            console().print(n)
+        console().print(model_table([catalog.model_card(n) for n in names]))
 
 
-@command(models_app, "import")
+@command(models_app, "import", short_help="Build a model card from a HF config.json.")
 def models_import(
-    config: Annotated[Path, typer.Argument(help="A Hugging Face config.json.")],
+    config: Annotated[
+        Path, typer.Argument(metavar="CONFIG_JSON", help="A Hugging Face config.json.")
+    ],
     name: Annotated[
         str | None, typer.Option(help="Card name (default: from the file name).")
     ] = None,
-    output: Annotated[Path | None, typer.Option("--out", help="Write the card here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the card here.")
+    ] = None,
 ) -> None:
     """Build a model card from a Hugging Face config.json (Kimi, DeepSeek, Qwen3.5, Llama, ...)."""
     from simulator.model_import import card_to_yaml, import_hf_config, load_hf_config

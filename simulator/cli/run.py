@@ -1,4 +1,4 @@
-"""`plan run` and `plan search`."""
+"""`plan run`: simulate one scenario."""
 
 import json
 import sys
@@ -6,48 +6,108 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 
-from simulator.cli.base import JsonOpt, app, command, print_json, print_pairs
-from simulator.outputs import OutputFolder
-from simulator.specs import (
-    Scenario,
-    SpecError,
+from simulator.cli.base import (
+    JsonOpt,
+    SetOpt,
+    app,
+    check_kind,
+    command,
+    print_json,
+    print_pairs,
 )
-from simulator.specs.limits import MAX_SEARCH_RUNS
+from simulator.outputs import OutputFolder
+from simulator.specs import Scenario, SpecError
 from simulator.specs.loading import parse, read_yaml
+from simulator.specs.overrides import apply_overrides, blamed
 
-# ------------------------------------------------------------------------------------ run
-
-# what `plan run --out` writes (a folder written before manifests existed drops these)
-RUN_FILES = ("requests.csv", "steps.csv", "summary.json", "transfers.csv", "pins.csv")
-# what `plan search --out` writes beside its cache/ (which is kept across runs)
-SEARCH_FILES = ("report.html", "report.md", "runs.csv", "best.csv", "sensitivity.csv",
-                "pruned.csv", "modes.csv", "space.yaml", "figure_*.png")  # fmt: skip
+# what `plan run --out` writes, in either format (a folder written before manifests existed
+# drops these; a rerun drops what the last one wrote, so csv and parquet files never mix)
+TABLES = ("requests", "steps", "transfers", "pins")
+RUN_FILES = ("summary.json", *(f"{t}.{ext}" for t in TABLES for ext in ("csv", "parquet")))
+FORMATS = {"csv": ("csv",), "parquet": ("parquet",), "both": ("csv", "parquet")}
 
 
-@command(app, "run")
+def check_format(fmt: str) -> tuple[str, ...]:
+    """The file formats of ``--format`` (parquet needs pyarrow, checked before any work)."""
+    if fmt not in FORMATS:
+        raise SpecError(
+            "(arguments)", "format", f"unknown format {fmt!r}; use csv, parquet or both"
+        )
+    if "parquet" in FORMATS[fmt]:
+        import importlib.util
+
+        if importlib.util.find_spec("pyarrow") is None:
+            raise SpecError(
+                "(arguments)", "format", "parquet needs pyarrow: pip install pyarrow (or use csv)"
+            )
+    return FORMATS[fmt]
+
+
+def write_tables(stage: Path, tables: dict[str, Any], formats: tuple[str, ...]) -> list[str]:
+    """Each pandas table as ``<name>.csv`` and/or ``<name>.parquet``; the names written."""
+    names = []
+    for name, table in tables.items():
+        if "csv" in formats:
+            table.to_csv(stage / f"{name}.csv", index=False)
+            names.append(f"{name}.csv")
+        if "parquet" in formats:
+            table.to_parquet(stage / f"{name}.parquet", index=False)
+            names.append(f"{name}.parquet")
+    return names
+
+
+@command(app, "run", short_help="Simulate one scenario (one device).")
 def run(
     scenario_file: Annotated[
-        Path, typer.Argument(help="Scenario YAML (model, device, serving, workload).")
+        Path,
+        typer.Argument(
+            metavar="SCENARIO", help="Scenario YAML (model, device, serving, workload)."
+        ),
     ],
     out: Annotated[
         Path | None,
         typer.Option(
             "--out",
-            help="Write requests.csv, steps.csv, summary.json (and, disaggregated,"
-            " transfers.csv, pins.csv) here.",
+            metavar="DIR",
+            help="Write requests, steps, summary.json (and, disaggregated, transfers, pins) here.",
         ),
     ] = None,
+    table_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="csv|parquet|both",
+            help="The tables' format under --out (parquet: pyarrow).",
+        ),
+    ] = "csv",
+    sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a scenario: throughput per GPU, interactivity, TTFT, prefix-cache hit rates."""
+    formats = check_format(table_format)
+    raw = read_yaml(scenario_file)
+    sets = sets or []
+    data = apply_overrides(raw, sets, "(arguments)") if sets and isinstance(raw, dict) else raw
+    check_kind(data, scenario_file, "scenario")
+    # an error of a value that --set gave names (arguments), not the file
+    with blamed(data, sets, scenario_file):
+        _run(parse(Scenario, data, scenario_file), scenario_file, out, formats, sets, as_json)
+
+
+def _run(
+    scenario: Scenario,
+    scenario_file: Path,
+    out: Path | None,
+    formats: tuple[str, ...],
+    sets: list[str],
+    as_json: bool,
+) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
 
-    scenario = parse(Scenario, read_yaml(scenario_file), scenario_file)
     base = scenario_file.resolve().parent
     # checked and marked in progress before anything is simulated; written into a temporary
     # folder beside it, swapped in whole at the end (removed if the command fails)
@@ -67,7 +127,7 @@ def run(
         result = simulate(scenario, scenario_file, base, progress)
     summary = result.summary
     price = tokens_per_dollar(scenario, summary.throughput_tok_per_s_per_gpu)
-    data = {
+    summary_data = {
         "scenario": scenario.name,
         "model": scenario.model,
         "device": scenario.device,
@@ -80,20 +140,18 @@ def run(
         "slo_met": slo_met(scenario, summary),
         "wall_s": result.wall_s,
         "latency": result.latency,
+        "overrides": sets,  # the --set items the scenario file was run with
     }
     if folder is not None and stage is not None:
-        result.request_table().to_csv(stage / "requests.csv", index=False)
-        result.step_table().to_csv(stage / "steps.csv", index=False)
-        (stage / "summary.json").write_text(json.dumps(data, indent=2) + "\n")
-        names = "requests.csv, steps.csv, summary.json"
+        tables = {"requests": result.request_table(), "steps": result.step_table()}
         if scenario.disaggregation is not None:
-            result.transfer_table().to_csv(stage / "transfers.csv", index=False)
-            result.pin_table().to_csv(stage / "pins.csv", index=False)
-            names += ", transfers.csv, pins.csv"
+            tables |= {"transfers": result.transfer_table(), "pins": result.pin_table()}
+        names = write_tables(stage, tables, formats)
+        (stage / "summary.json").write_text(json.dumps(summary_data, indent=2) + "\n")
         folder.commit()
-        typer.echo(f"wrote {out}/{names}", err=True)
+        typer.echo(f"wrote {out}/{', '.join([*names, 'summary.json'])}", err=True)
     if as_json:
-        print_json(data)
+        print_json(summary_data)
         return
 
     def fmt(x: float | None, spec: str) -> str:
@@ -196,183 +254,3 @@ def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
              " tokens"),
         ]  # fmt: skip
     return rows
-
-
-# ------------------------------------------------------------------------------------ search
-
-
-@command(app, "search")
-def search(
-    space_file: Annotated[Path, typer.Argument(help="Search space YAML (devices, sweep, SLO).")],
-    out: Annotated[Path, typer.Option("--out", help="Report directory.")] = Path("out"),
-    workers: Annotated[
-        int, typer.Option(help="Worker processes (local, or CPUs of a local Ray).")
-    ] = 2,
-    executor: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (default: start a local instance).")
-    ] = None,
-    seeds: Annotated[
-        int | None,
-        typer.Option(help="Seeds per point (default: the space's `seeds`, 3); SLO on all."),
-    ] = None,
-    grid: Annotated[
-        bool,
-        typer.Option(
-            "--grid", help="Run exactly the listed concurrencies instead of the max-load search."
-        ),
-    ] = False,
-    max_runs: Annotated[
-        int,
-        typer.Option(
-            "--max-runs",
-            help="Refuse a search of more simulations than this (configurations as written x"
-            f" loads x seeds; default {MAX_SEARCH_RUNS:,}).",
-        ),
-    ] = MAX_SEARCH_RUNS,
-    as_json: JsonOpt = False,
-) -> None:
-    """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from simulator.planner.analysis import best_per_device, pruned_table, sensitivity
-    from simulator.planner.executor import run_all
-    from simulator.planner.report import markdown, write_report
-    from simulator.planner.search import run_search
-    from simulator.planner.space import (
-        SearchSpace,
-        check_run_count,
-        count_runs,
-        disaggregation_text,
-        expand,
-    )
-    from simulator.simulation import check_workload_files, resolve_workload
-
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
-    if executor not in ("local", "ray"):
-        raise SpecError(
-            "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
-        )
-    if seeds is not None and seeds < 1:
-        raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
-    if max_runs < 1:
-        raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
-    space = parse(SearchSpace, read_yaml(space_file), space_file)
-    update: dict[str, Any] = {}
-    if seeds is not None:
-        update["seeds"] = seeds
-    if grid:
-        update["search"] = "grid"
-    # the size of the space as written, refused above the cap before anything is expanded
-    check_run_count(count_runs(space.model_copy(update=update), str(space_file)), max_runs,
-                    str(space_file))  # fmt: skip
-    # checked and marked in progress before any work; the report is written into a temporary
-    # folder and swapped in whole; cache/ (the resume mechanism) is written in place and kept
-    folder = OutputFolder(out, "plan search", SEARCH_FILES)
-    stage = folder.open()
-    # a relative trace path is relative to the space file, as a scenario's is to its file;
-    # the traces are checked whole (gzip, UTF-8) before the first simulation
-    update["workload"] = resolve_workload(space.workload, space_file.resolve().parent)
-    space = space.model_copy(update=update)
-    check_workload_files(space.workload)
-    candidates, pruned = expand(space, str(space_file))
-    if not candidates:
-        raise SpecError(space_file, "(configurations)", _all_pruned(pruned))
-    # what will run, said before it starts: on stdout (stderr is kept for the one error line
-    # a failure prints); with --json it is the answer's "planned"
-    count = count_runs(space, str(space_file), configurations=len(candidates))
-    dropped = sum(1 for p in pruned if " repeats " not in p.reason)
-    planned = f"{count.text()}" + (f" ({dropped:,} pruned)" if dropped else "")
-    if not as_json:
-        typer.echo(f"plan search: {planned}")
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeRemainingColumn(), console=Console(stderr=True),
-        disable=as_json or not sys.stderr.isatty(), transient=True,
-    ) as bar:  # fmt: skip
-        what = "grid" if space.search == "grid" else "max-load search"
-        task = bar.add_task(f"{len(candidates)} configurations, {what}", total=None)
-        done_before = 0
-
-        def batch(scenarios: list[Any]) -> dict[str, dict[str, Any]]:
-            nonlocal done_before
-            start = done_before
-            bar.update(task, total=start + len(scenarios))
-            got = run_all(
-                scenarios,
-                folder.target / "cache",
-                workers,
-                lambda done, total: bar.update(task, completed=start + done),
-                executor,  # type: ignore[arg-type]
-                address,
-            )
-            done_before = start + len(scenarios)
-            return got
-
-        found = run_search(space, candidates, batch)
-    runs = found.runs
-    best = best_per_device(space, runs)
-    sens = sensitivity(space, runs, best)
-    pruned_df = pruned_table(pruned)
-    paths = write_report(stage, space, runs, best, sens, pruned_df)
-    # the space beside its results, so that a reader (the dashboard) needs only the folder
-    (stage / "space.yaml").write_text(
-        yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
-    )
-    paths.append(stage / "space.yaml")
-    folder.commit()
-    paths = [folder.final(p) for p in paths]
-    if as_json:
-        print_json(
-            {
-                "best": best.to_dict(orient="records"),
-                "runs": len(runs),
-                "simulations": found.simulations,
-                "planned": {
-                    "configurations": count.configurations,
-                    "loads": count.loads,
-                    "loads_upper_bound": count.bound,
-                    "seeds": count.seeds,
-                    "simulations": count.simulations,
-                    "text": planned,
-                },
-                "search": space.search,
-                "seeds": space.seeds,
-                "pruned": pruned_df.to_dict(orient="records"),
-                "files": [str(p) for p in paths],
-            }
-        )
-        return
-    sys.stdout.write(markdown(space, best, runs, len(pruned)))
-    typer.echo(
-        f"{found.simulations} simulations ({space.search.replace('_', '-')}, {space.seeds}"
-        f" seed{'s' if space.seeds > 1 else ''} per point)",
-        err=True,
-    )
-    for p in pruned:
-        knobs = {**p.knobs, "disaggregation": disaggregation_text(p.knobs.get("disaggregation"))}
-        typer.echo(f"pruned {p.device} {knobs}: {p.reason}", err=True)
-    typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
-
-
-def _all_pruned(pruned: list[Any]) -> str:
-    """``every configuration was pruned: <reason> (<configurations>); ...``: the distinct
-    reasons, most frequent first, each with the configurations it pruned (a few named)."""
-    from simulator.planner.space import knob_label
-
-    real = [p for p in pruned if " repeats " not in p.reason] or pruned
-    by_reason: dict[str, list[str]] = {}
-    for p in real:
-        try:
-            name = f"{p.device}-{knob_label(p.knobs)}"
-        except (KeyError, TypeError, ValueError):  # knobs that did not validate
-            name = p.device
-        by_reason.setdefault(p.reason, []).append(name)
-    parts = []
-    for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:3]:
-        shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
-        parts.append(f"{reason} ({shown})")
-    more = len(by_reason) - 3
-    tail = f"; and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
-    return f"every configuration was pruned: {'; '.join(parts)}{tail}"

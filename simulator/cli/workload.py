@@ -36,15 +36,22 @@ def _pcts(p: dict[str, float] | None, unit: str = "") -> str:
     return f"{body}{unit} (mean {num(p['mean'])})"
 
 
-@command(workload_app, "stats")
+@command(workload_app, "stats", short_help="Statistics of a trace or a generator.")
 def workload_stats_command(
     source: Annotated[
         str,
-        typer.Argument(help="A trace file or directory, or a generator: agentic, chat, random."),
+        typer.Argument(
+            metavar="TRACE|GENERATOR",
+            help="A trace file or directory, or a generator: agentic, chat, random.",
+        ),
     ],
     trace_format: Annotated[
         str | None,
-        typer.Option("--format", help="agentic|mooncake|azure (default: detected from content)."),
+        typer.Option(
+            "--format",
+            metavar="agentic|mooncake|azure",
+            help="The trace's format (default: detected from its content).",
+        ),
     ] = None,
     sessions: Annotated[
         int, typer.Option(help="Generator: sessions to generate (random: requests).")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.planner.analysis import replicate_scenarios, runs_table
 from simulator.planner.maxload import LoadSearch, max_load
 from simulator.planner.replicates import variant
-from simulator.planner.space import Candidate, SearchSpace
+from simulator.planner.space import Candidate, Pruned, SearchSpace
 from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class SearchResult:
     runs: pd.DataFrame
     results: dict[str, dict[str, Any]]
     searches: list[LoadSearch]  # empty for a grid search
+    space: SearchSpace | None = None  # the space as run (workload paths resolved), when known
 
     @property
     def simulations(self) -> int:
@@ -78,3 +80,78 @@ def run_search(
         runs["max_load_note"] = [by_id[c].note for c in runs.config_id]
         runs["simulations"] = [by_id[c].simulations for c in runs.config_id]
     return SearchResult(runs, results, searches)
+
+
+def prepare(
+    space: SearchSpace, source: str = "(search)", base: Path = Path()
+) -> tuple[SearchSpace, list[Candidate], list[Pruned]]:
+    """The space ready to run: a relative trace path made relative to the space file's folder
+    ``base`` (as a scenario's is to its file), the traces checked whole (gzip, UTF-8) before
+    the first simulation, and every configuration expanded (all of them pruned is an error
+    naming the reasons)."""
+    from simulator.planner.space import all_pruned_reason, expand
+    from simulator.simulation import check_workload_files, resolve_workload
+    from simulator.specs.loading import SpecError
+
+    space = space.model_copy(update={"workload": resolve_workload(space.workload, base)})
+    check_workload_files(space.workload)
+    candidates, pruned = expand(space, source)
+    if not candidates:
+        raise SpecError(source, "(configurations)", all_pruned_reason(pruned))
+    return space, candidates, pruned
+
+
+def write_search_report(
+    stage: Path, space: SearchSpace, runs: pd.DataFrame, pruned: list[Pruned]
+) -> tuple[list[Path], pd.DataFrame, pd.DataFrame]:
+    """The report, the CSVs and the space (so that a reader, the dashboard, needs only the
+    folder) written into ``stage``; returns the paths, the best per device and the pruned
+    table."""
+    import yaml
+
+    from simulator.planner.analysis import best_per_device, pruned_table, sensitivity
+    from simulator.planner.report import write_report
+
+    best = best_per_device(space, runs)
+    pruned_df = pruned_table(pruned)
+    paths = write_report(stage, space, runs, best, sensitivity(space, runs, best), pruned_df)
+    (stage / "space.yaml").write_text(
+        yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
+    )
+    return [*paths, stage / "space.yaml"], best, pruned_df
+
+
+def search_space(
+    space: SearchSpace,
+    source: str = "(search)",
+    base: Path = Path(),
+    out: Path | None = None,
+    workers: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """A search from its space to its answer, as ``simulator.search`` runs it: prepared
+    (:func:`prepare`), its runs cached under ``out/cache`` (else the user data folder's
+    ``cache``), and with ``out`` the report written there. ``progress(done, batch)``."""
+    from simulator.outputs import OutputFolder
+    from simulator.planner.executor import run_all
+    from simulator.userdata import plan_home
+
+    folder = OutputFolder(out, "simulator.search", SEARCH_FILES) if out is not None else None
+    stage = folder.open() if folder is not None else None
+    space, candidates, pruned = prepare(space, source, base)
+    cache = folder.target / "cache" if folder is not None else plan_home() / "cache"
+
+    def batch(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
+        return run_all(scenarios, cache, workers, progress)
+
+    found = run_search(space, candidates, batch)
+    found.space = space
+    if folder is not None and stage is not None:
+        write_search_report(stage, space, found.runs, pruned)
+        folder.commit()
+    return found
+
+
+# what a search writes beside its cache/ (which is kept across runs)
+SEARCH_FILES = ("report.html", "report.md", "runs.csv", "best.csv", "sensitivity.csv",
+                "pruned.csv", "modes.csv", "space.yaml", "figure_*.png")  # fmt: skip

@@ -52,6 +52,10 @@ class SpecError(ValueError):
     re-raises a failed process's exception as ``type(e)(*e.args)``, and a worker process
     pickles it (``__reduce__``) to hand it to the parent."""
 
+    # the other errors found with this one (every error of a failed validation after the
+    # first): the CLI prints each as its own ``error:`` line after this one's
+    more: tuple[SpecError, ...] = ()
+
     def __init__(self, file: str | Path, field: str, reason: str) -> None:
         self.file = str(file)
         self.field = field
@@ -61,22 +65,34 @@ class SpecError(ValueError):
     def __str__(self) -> str:
         return f"{self.file}: {self.field}: {self.reason}"
 
+    def errors(self) -> list[SpecError]:
+        """This error and the others found with it, in order."""
+        return [self, *self.more]
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.file, self.field, self.reason), self.__dict__.copy())
 
 
-def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> SpecError:
-    """The first pydantic error as a SpecError (with the count of the others)."""
-    errors = exc.errors()
-    err = errors[0]
+def _spec_error(err: Any, file: str | Path, prefix: str) -> SpecError:
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
     field = ".".join(p for p in (prefix, loc) if p) or "(top level)"
     reason = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         reason = "unknown field"
-    if len(errors) > 1:
-        reason += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     return SpecError(file, field, reason)
+
+
+def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> SpecError:
+    """The first pydantic error as a SpecError; every other one (repeats dropped) in its
+    ``more``, which the CLI prints after it, one ``error:`` line each."""
+    errors: list[SpecError] = []
+    for err in exc.errors():
+        spec_error = _spec_error(err, file, prefix)
+        if all(str(e) != str(spec_error) for e in errors):
+            errors.append(spec_error)
+    first = errors[0]
+    first.more = tuple(errors[1:])
+    return first
 
 
 # ------------------------------------------------------------------------------ the file layer
