@@ -1,0 +1,95 @@
+"""The ``vllm serve`` command line that deploys a scenario's serving configuration.
+
+Every knob the simulator modelled is written out, defaults resolved (``max_num_seqs`` and
+``max_num_batched_tokens`` are vLLM's by device memory when the scenario leaves them unset),
+so a test deployment runs what was simulated. Flag names are vLLM's (``vllm serve --help``;
+docs/sizing.md lists each with the simulator's knob). What the simulator takes from the
+workload rather than the server (speculative acceptance, think times) is not a flag.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from simulator import catalog
+from simulator.memory import batch_limits
+from simulator.specs.scenario import Scenario
+from simulator.specs.serving import ServingConfig
+
+GIB = float(1 << 30)
+# the simulator's speculative methods as vLLM's speculative_config names them
+SPEC_METHODS = {"mtp": "mtp", "eagle": "eagle", "draft_model": "draft_model", "ngram": "ngram"}
+# methods whose draft weights vLLM needs named: left for the user to fill in
+DRAFT_MODEL = "<draft model: fill in>"
+
+
+def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[str]:
+    """``vllm serve`` and its arguments for one replica group of ``serving``."""
+    device = catalog.hardware_profile(device_name)
+    tokens, seqs = batch_limits(device, serving)
+    args = ["vllm", "serve", hf_id, "--tensor-parallel-size", str(serving.tp)]
+    if serving.dp > 1:
+        args += ["--data-parallel-size", str(serving.dp)]
+    if serving.ep > 1:
+        args.append("--enable-expert-parallel")
+    if serving.dcp > 1:
+        args += ["--decode-context-parallel-size", str(serving.dcp)]
+        if serving.dcp_interleave_tokens != 1:
+            args += ["--cp-kv-cache-interleave-size", str(serving.dcp_interleave_tokens)]
+    if serving.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", serving.kv_cache_dtype]
+    if serving.state_dtype is not None:
+        args += ["--mamba-ssm-cache-dtype", serving.state_dtype]
+    args += ["--gpu-memory-utilization", f"{serving.gpu_memory_utilization:g}"]
+    if serving.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", f"{serving.kv_cache_memory_bytes:.0f}"]
+    args += ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens)]
+    if serving.max_model_len is not None:
+        args += ["--max-model-len", str(serving.max_model_len)]
+    if serving.block_size_tokens != 16:
+        args += ["--block-size", str(serving.block_size_tokens)]
+    args.append("--enable-prefix-caching" if serving.enable_prefix_caching
+                else "--no-enable-prefix-caching")  # fmt: skip
+    if serving.cpu_offload_bytes:
+        # vLLM's size is GiB for the whole replica (summed over its TP ranks)
+        args += ["--kv-offloading-size", f"{serving.cpu_offload_bytes / GIB:g}",
+                 "--kv-offloading-backend", "native"]  # fmt: skip
+    spec = serving.speculative
+    if spec is not None:
+        config: dict[str, object] = {"method": SPEC_METHODS[spec.method],
+                  "num_speculative_tokens": spec.num_speculative_tokens}  # fmt: skip
+        if spec.method in ("eagle", "draft_model"):
+            config["model"] = DRAFT_MODEL
+        args += ["--speculative-config", json.dumps(config)]
+    return args
+
+
+def vllm_serve_command(scenario: Scenario) -> str:
+    """The shell command (several for a disaggregated deployment, one per pool)."""
+    card = catalog.model_card(scenario.model)
+    args = serve_flags(card.hf_id.split(" ")[0], scenario.serving, scenario.device)
+    d = scenario.disaggregation
+    if d is None:
+        return _join(args)
+    lines = []
+    for role, count in (("prefill", d.prefill_replicas), ("decode", d.decode_replicas)):
+        transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+        lines.append(f"# {role}: {count} replica{'s' if count > 1 else ''} of this")
+        lines.append(_join([*args, "--kv-transfer-config", transfer]))
+    return "\n".join(lines)
+
+
+def _join(args: list[str]) -> str:
+    """Shell-quoted, one flag per continuation line after the model."""
+    parts = [shlex.quote(a) for a in args]
+    head, rest = " ".join(parts[:3]), parts[3:]
+    lines, i = [head], 0
+    while i < len(rest):
+        if i + 1 < len(rest) and not rest[i + 1].startswith("-"):
+            lines.append(f"{rest[i]} {rest[i + 1]}")
+            i += 2
+        else:
+            lines.append(rest[i])
+            i += 1
+    return " \\\n  ".join(lines)

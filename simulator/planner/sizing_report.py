@@ -1,0 +1,95 @@
+"""What ``plan size --out DIR`` writes: the answer (``size.md``, ``size.json``), the deploy
+commands (``deploy.sh``) and the full capacity report of the searches behind it (the same
+``report.html``, ``report.md`` and CSVs as ``plan search``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.planner.report import Table, decision_table, slo_text
+
+if TYPE_CHECKING:
+    from simulator.planner.sizing import SizeResult
+
+# the decision table's columns the terminal shows (size.md and report.html show them all)
+TERMINAL_HEADERS = ("#", "device", "configuration", "users per deployment", "(band)",
+                    "$/hour (band)", "$/M output tokens", "P90 tok/s per user [95 %]",
+                    "SLO margin (worst seed)", "model error")  # fmt: skip
+
+
+def decision(result: SizeResult) -> Table:
+    """The report's ranked decision table of the sizing's best configurations."""
+    return decision_table(result.space, result.best)
+
+
+def terminal_table(result: SizeResult) -> Table:
+    """The decision table cut to what an 80-column terminal can hold."""
+    full = decision(result)
+    keep = [i for i, h in enumerate(full.headers) if any(h == t or (t.startswith("(") and
+            h.endswith(t)) for t in TERMINAL_HEADERS)]  # fmt: skip
+    return Table([full.headers[i] for i in keep], [[r[i] for i in keep] for r in full.rows])
+
+
+def markdown(result: SizeResult) -> str:
+    space = result.space
+    lines = [
+        f"# Sizing: {space.model} for {space.demand_users:,} concurrent users ({slo_text(space)})",
+        "",
+        f"**{result.answer}**",
+        "",
+        f"Workload: {space.workload.kind}; cost model {space.cost_model};"
+        f" {space.seeds} seeds per load; {result.simulations:,} simulations. Values are means"
+        " over the seeds with [95 % intervals]; the band beside the fleet is the fleet if the"
+        " simulator is off by the device's error band; the SLO holds on every seed.",
+        "",
+    ]
+    if not result.best.empty:
+        lines += [*decision(result).markdown(), ""]
+    if result.not_served:
+        lines += ["Not served:", ""] + [f"- {m}" for m in result.not_served] + [""]
+    for cid, command in result.commands.items():
+        lines += [f"Deploy `{cid}` (one deployment):", "", "```sh", command, "```", ""]
+    lines.append("Full report: report.html (frontiers, every run, sensitivity, pruned).")
+    return "\n".join(lines) + "\n"
+
+
+def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
+    """Write the answer, the deploy commands and the search report into ``stage``."""
+    from simulator.planner.search import write_search_report
+
+    paths: list[Path] = []
+    if not result.runs.empty:
+        paths, _, _ = write_search_report(stage, result.space, result.runs, result.pruned)
+    (stage / "size.md").write_text(markdown(result))
+    (stage / "size.json").write_text(json.dumps(as_json(result), indent=2, default=float) + "\n")
+    script = ["#!/bin/sh", f"# {result.answer}", ""]
+    for cid, command in result.commands.items():
+        script += [f"# {cid}", command, ""]
+    (stage / "deploy.sh").write_text("\n".join(script))
+    return [*paths, stage / "size.md", stage / "size.json", stage / "deploy.sh"]
+
+
+def _finite(data: Any) -> Any:
+    """NaN -> None, recursively (JSON has no NaN)."""
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_finite(v) for v in data]
+    return None if isinstance(data, float) and data != data else data
+
+
+def as_json(result: SizeResult) -> dict[str, Any]:
+    """The answer as ``plan size --json`` prints it and size.json holds it."""
+    data: dict[str, Any] = _finite(
+        {
+            "answer": result.answer,
+            "ranked": result.table.to_dict(orient="records"),
+            "not_served": result.not_served,
+            "commands": result.commands,
+            "simulations": result.simulations,
+            "space": result.space.model_dump(mode="json"),
+        }
+    )
+    return data

@@ -1,0 +1,68 @@
+"""`plan size` from the command line: bad input is one line and exit 2 (table-driven), and a
+small sizing prints the answer first, the ranked table, the vllm serve line, and --json."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+
+runner = CliRunner()
+BASE = ["size", "--model", "llama-3.1-8b", "--users", "16", "--slo-interactivity", "40"]
+FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "64", "--quick",
+        "--seeds", "1", "--set", "duration_s=40", "--set", "warmup_s=0",
+        "--set", "workload.num_requests=200"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["size", "--model", "kimi-k3", "--users", "0", "--slo-interactivity", "50"], "users"),
+        (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "-5"],
+         "slo_interactivity_tok_per_s"),
+        (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "nan"],
+         "slo_interactivity_tok_per_s"),
+        ([*BASE, "--devices", "nosuch"], "nosuch"),
+        ([*BASE, "--workload", "missing/trace.jsonl"], "neither a built-in workload"),
+        ([*BASE, "--model", "no-such-model"], "no-such-model"),
+        ([*BASE, "--cost-model", "nosuch"], "nosuch"),
+        ([*BASE, "--workers", "0"], "workers"),
+        ([*BASE, "--set", "nonsense"], "set"),
+        ([*BASE, "--set", "sweep.tpp=[1]"], "tpp"),
+        ([*BASE, "--max-runs", "1"], "--max-runs"),
+        ([*BASE, "--seeds", "0"], "seeds"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], fragment: str) -> None:
+    result = runner.invoke(app, argv)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert fragment in lines[0]
+
+
+def test_a_sizing_answers_first_and_prints_the_deploy_line(tmp_path: Path) -> None:
+    out = tmp_path / "size"
+    result = runner.invoke(app, [*BASE, *FAST, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("Buy ")
+    assert "H100" in first
+    assert "vllm serve meta-llama/Meta-Llama-3.1-8B" in result.stdout
+    script = (out / "deploy.sh").read_text()
+    words = shlex.split(script.split("vllm serve", 1)[1].split("\n\n")[0].replace("\\\n", " "))
+    assert words[0] == "meta-llama/Meta-Llama-3.1-8B"
+    assert "--tensor-parallel-size" in words
+    # the same answer as JSON, from the cache this time
+    again = runner.invoke(app, [*BASE, *FAST, "--out", str(out), "--json"])
+    assert again.exit_code == 0, again.output
+    data = json.loads(again.stdout)
+    assert data["answer"] == first
+    assert data["ranked"][0]["device"] == "h100"
+    assert data["ranked"][0]["units"] * 8 >= data["ranked"][0]["gpus"]
