@@ -97,8 +97,9 @@ def size(
     ``options`` are the other fields of ``SizeRequest``: ``slo_ttft_p90_s``, ``devices``,
     ``workload`` (agentic, chat, random or a trace path), ``isl``/``osl``, ``cost_model``,
     ``seeds``, ``quick``. ``overrides`` are ``plan size --set`` items (``duration_s=600``)
-    applied to the search it runs. Returns a ``SizeResult``: ``.answer`` (one line), ``.table`` (ranked,
-    pandas), ``.commands`` (``vllm serve`` per configuration), ``.not_served``."""
+    applied to the search it runs. Returns a ``SizeResult``: ``.answer`` (one line),
+    ``.table`` (ranked, pandas), ``.commands`` (``vllm serve`` per configuration),
+    ``.not_served``."""
     from simulator.planner.sizing import SizeRequest, run_size
     from simulator.specs.loading import parse
 

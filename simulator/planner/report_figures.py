@@ -15,9 +15,10 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from simulator.planner.analysis import config_label, frontier, rank_basis
+from simulator.planner.analysis import frontier, rank_basis
 from simulator.planner.space import SearchSpace
 from simulator.planner.uncertainty import model_error
+from simulator.planner.verdicts import config_label
 
 if TYPE_CHECKING:
     import pandas as pd

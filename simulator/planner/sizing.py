@@ -203,7 +203,7 @@ def ranked(best: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
     ``plan size`` answers with; the fleet is what is bought (whole nodes or racks)."""
     import pandas as pd
 
-    from simulator.planner.analysis import config_label
+    from simulator.planner.verdicts import config_label
 
     if best.empty or "fleet_usd_per_hour" not in best.columns:
         return pd.DataFrame()
@@ -330,10 +330,11 @@ def answer(
     """Run the searches through ``batch`` and turn them into the answer (and the report)."""
     import pandas as pd
 
-    from simulator.planner.analysis import best_per_device, pruned_table, verdicts
+    from simulator.planner.analysis import best_per_device, pruned_table
     from simulator.planner.deploy import vllm_serve_command
     from simulator.planner.report import answer as report_answer
     from simulator.planner.search import run_search
+    from simulator.planner.verdicts import verdicts
 
     found = run_search(space, candidates, batch) if candidates else None
     runs = found.runs if found is not None else pd.DataFrame()

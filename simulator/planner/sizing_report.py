@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.planner.report import Table, decision_table, slo_text
+from simulator.planner.report import slo_text
+from simulator.planner.report_tables import Table, decision_table
 
 if TYPE_CHECKING:
     from simulator.planner.sizing import SizeResult

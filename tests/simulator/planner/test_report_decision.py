@@ -21,17 +21,15 @@ from simulator import catalog
 from simulator.planner.analysis import (
     NODE_GPUS,
     best_per_device,
-    config_label,
     fleet_unit,
     frontier,
-    min_gpus_for_weights,
     pruned_table,
     sensitivity,
-    verdicts,
 )
 from simulator.planner.report import answer, html_report, markdown, write_report
 from simulator.planner.report_figures import frontier_figure
 from simulator.planner.space import SearchSpace, expand
+from simulator.planner.verdicts import config_label, min_gpus_for_weights, verdicts
 
 WORKLOAD = {"kind": "random", "input_tokens": 512, "output_tokens": 32, "num_requests": 8,
             "concurrency": 1}  # fmt: skip
