@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
-from dashboard import controls, figures
+from dashboard import choices, controls, figures
 from dashboard.errors import inline_errors, one_line
 
 from simulator import catalog
@@ -18,6 +18,7 @@ SOURCE = "memory"
 KV_DTYPES = ["auto", "bf16", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"]
 DEFAULT_DEVICES = ["mi355x", "b300", "gb300", "h200"]
 GIB = float(1 << 30)
+SHOWN = f"{PAGE}_shown"  # session state: (description, reports) last drawn
 
 
 def page() -> None:
@@ -30,10 +31,22 @@ def page() -> None:
             "Devices", names, default=[d for d in DEFAULT_DEVICES if d in names],
             key=f"{PAGE}_devices",
         )  # fmt: skip
+        # TP: what the model's heads allow (a device whose scale-up domain is smaller gets its
+        # own line below); DCP: the divisors of TP that its KV heads allow
+        tp_options = list(choices.model_tp_sizes(model)) or [1]
+        choices.keep_valid(f"{PAGE}_tp", tp_options, 8)
         left, right = st.columns(2)
-        tp = left.selectbox("TP", controls.TP_SIZES, index=3, key=f"{PAGE}_tp")
-        dcp = right.selectbox("DCP", controls.DCP_SIZES, key=f"{PAGE}_dcp")
-        kv_dtype = st.selectbox("KV cache dtype", KV_DTYPES, key=f"{PAGE}_kv_dtype")
+        tp = int(left.selectbox("TP", tp_options, key=f"{PAGE}_tp"))
+        dcp_options = list(choices.dcp_sizes(model, tp))
+        choices.keep_valid(f"{PAGE}_dcp", dcp_options, 1)
+        dcp = int(right.selectbox("DCP", dcp_options, key=f"{PAGE}_dcp"))
+        kv_options = list(choices.kv_dtypes(model, tuple(KV_DTYPES)))
+        if st.session_state.get(f"{PAGE}_kv_dtype", "auto") not in kv_options:
+            st.session_state[f"{PAGE}_kv_dtype"] = kv_options[0]
+        kv_dtype = st.selectbox(
+            "KV cache dtype", kv_options, key=f"{PAGE}_kv_dtype",
+            help=f"The dtypes {model} takes (the *_ds_mla ones need MLA layers)",
+        )  # fmt: skip
         utilization = st.slider(
             "gpu_memory_utilization", min_value=0.5, max_value=1.0, value=0.92, step=0.01,
             key=f"{PAGE}_gpu_memory_utilization",
@@ -70,11 +83,28 @@ def page() -> None:
         except SpecError as exc:
             st.error(one_line(SpecError(f"{SOURCE} ({name})", exc.field, exc.reason), SOURCE))
     if not reports:
+        previous()
         return
-    st.markdown(
+    described = (
         f"**{card.name}** at TP{tp} DCP{dcp}, KV cache {kv_dtype}, sessions of"
         f" {int(context):,} tokens. Memory per GPU; sessions per replica of {tp} GPUs."
     )
+    st.session_state[SHOWN] = (described, reports)
+    show(described, reports, PAGE)
+
+
+def previous() -> None:
+    """After an error line: the last memory plan this session was shown."""
+    kept = st.session_state.get(SHOWN)
+    if kept is not None:
+        st.caption("The last plan shown, unchanged:")
+        described, reports = kept
+        show(described, reports, f"{PAGE}_previous")
+
+
+def show(described: str, reports: list[MemoryReport], key: str) -> None:
+    """The memory plan of ``reports``; ``key`` prefixes the element keys."""
+    st.markdown(described)
     columns = st.columns(len(reports) + 1)
     for col, r in zip(columns, reports, strict=False):
         col.metric(
@@ -89,9 +119,9 @@ def page() -> None:
     for r in reports:
         if not r.fits:
             st.warning(f"{r.device}: {r.fits_reason}.")
-    st.plotly_chart(figures.memory_figure(reports), key=f"{PAGE}_bars")
+    st.plotly_chart(figures.memory_figure(reports), key=f"{key}_bars")
     st.dataframe(
-        pd.DataFrame([row(r) for r in reports]), key=f"{PAGE}_table", hide_index=True,
+        pd.DataFrame([row(r) for r in reports]), key=f"{key}_table", hide_index=True,
         column_config={
             c: st.column_config.NumberColumn(format="%.2f")
             for c in ("weights GiB", "KV+state GiB", "KV/seq GiB", "free GiB")
@@ -107,7 +137,7 @@ def page() -> None:
                 }
                 for g in reports[0].weight_groups
             ),
-            key=f"{PAGE}_weights", hide_index=True,
+            key=f"{key}_weights", hide_index=True,
         )  # fmt: skip
     st.caption(
         "Counted as vLLM lays memory out (README, 'How the memory planner counts'); the"
@@ -135,5 +165,5 @@ def row(r: MemoryReport) -> dict[str, object]:
     }
 
 
-with inline_errors(SOURCE):
+with inline_errors(SOURCE, previous):
     page()

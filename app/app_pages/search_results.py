@@ -17,7 +17,7 @@ from simulator.specs import SpecError
 PAGE = "search"
 SOURCE = "search results"
 DEFAULT_FOLDER = "out"
-DEFAULT_SPACE = "scenarios/search-kimi-k3-agentic.yaml"
+DEFAULT_SPACE = "simulator/examples/search-kimi-k3-agentic.yaml"
 # swept knobs (runs.csv columns) offered as filters when they take more than one value
 KNOBS = {
     "tp": "TP", "dcp": "DCP", "dp": "DP", "ep": "EP", "cpu_offload_bytes": "CPU KV offload",
@@ -66,31 +66,74 @@ def load_space(path: str, devices: list[str]) -> SearchSpace | None:
     return space
 
 
-def _forget_filters_of_another_folder(folder: str) -> None:
-    """Filters belong to one folder: when the folder changes, drop the widgets' kept values
-    (devices, swept knobs, users, SLO-only) so they start from the new folder's runs instead
-    of filtering them by the old folder's devices."""
+def _start_from_the_folder(folder: str, space_param: str | None, dir_param: str | None) -> None:
+    """Filters and the search space belong to one folder: when the folder changes (before
+    the search space box is drawn), drop the filters' kept values (devices, swept knobs,
+    users, SLO-only) so they start from the new folder's runs instead of filtering them by
+    the old folder's, and point the search space box at the new folder's ``space.yaml`` (the
+    frontier would otherwise draw the old space's SLO line) unless the box was edited in the
+    same rerun or the link names the space of this folder (``?dir=...&space=...``)."""
     state = st.session_state
+    linked = space_param if space_param is not None and folder == dir_param else None
+    if f"{PAGE}_space" not in state:  # first drawn (or dropped while another page was open)
+        state[f"{PAGE}_space"] = linked if linked is not None else default_space(folder)
+        state[f"{PAGE}_space_seen"] = state[f"{PAGE}_space"]
     if state.get(f"{PAGE}_filters_of") == folder:
         return
     for name in ("devices", "users", "slo_only", *KNOBS):
         state.pop(f"{PAGE}_{name}", None)
+    edited = state.get(f"{PAGE}_space") != state.get(f"{PAGE}_space_seen")
+    if linked is not None:
+        state[f"{PAGE}_space"] = linked
+    elif not edited:
+        state[f"{PAGE}_space"] = default_space(folder)
     state[f"{PAGE}_filters_of"] = folder
+
+
+def nothing_passes(filters: list[tuple[str, str, pd.Series]], total: int) -> str:
+    """Which filter leaves no run (``filters``: label, what it keeps, the runs it passes, in
+    the sidebar's order): one that passes no run of the folder by itself, else the first after
+    which none of the runs the filters above it keep is left."""
+    for label, value, passes in filters:
+        if not value:
+            return f"No run passes the filters: {label} has nothing chosen."
+        if not passes.any():
+            return f"No run passes the filters: {label} ({value}) keeps none of the {total} runs."
+    kept = pd.Series(True, index=filters[0][2].index) if filters else pd.Series(dtype=bool)
+    above: list[str] = []
+    for label, value, passes in filters:
+        now = kept & passes
+        if not now.any():
+            names = " and ".join([", ".join(above[:-1]), above[-1]] if len(above) > 1 else above)
+            verb = "keeps" if len(above) == 1 else "keep"
+            return (
+                f"No run passes the filters: {label} ({value}) keeps none of the"
+                f" {int(kept.sum())} runs that {names} {verb}."
+            )
+        above.append(label)
+        kept = now
+    return "No run passes the filters."
 
 
 def page() -> None:
     st.title("Search results")
     params = st.query_params
+    state = st.session_state
+    if f"{PAGE}_folder" not in state:
+        state[f"{PAGE}_folder"] = params.get("dir", DEFAULT_FOLDER)
     with st.sidebar:
         st.subheader("Output of plan search")
         folder = st.text_input(
-            "Folder", value=params.get("dir", DEFAULT_FOLDER), key=f"{PAGE}_folder",
+            "Folder", key=f"{PAGE}_folder",
             help="The --out folder of plan search (runs.csv, best.csv, ...)",
         )  # fmt: skip
+        _start_from_the_folder(folder, params.get("space"), params.get("dir"))
         space_path = st.text_input(
-            "Search space YAML", value=params.get("space", default_space(folder)),
-            key=f"{PAGE}_space", help="For the SLO line and the titles of the frontier",
+            "Search space YAML", key=f"{PAGE}_space",
+            help="For the SLO line and the titles of the frontier (the folder's space.yaml"
+            " when it has one)",
         )  # fmt: skip
+        state[f"{PAGE}_space_seen"] = space_path
     if not (Path(folder).expanduser() / "runs.csv").is_file():
         st.info(
             f"No search output in `{folder}` yet. Run `make demo`, or"
@@ -100,7 +143,6 @@ def page() -> None:
         return
     output = runs.search_output(folder)
     all_runs = output.runs
-    _forget_filters_of_another_folder(folder)
     if all_runs.empty:
         st.info(f"`{folder}/runs.csv` has no runs.")
         return
@@ -110,22 +152,31 @@ def page() -> None:
             "Devices", sorted(all_runs.device.unique()),
             default=sorted(all_runs.device.unique()), key=f"{PAGE}_devices",
         )  # fmt: skip
-        mask = all_runs.device.isin(devices)
+        # (label, what it keeps, the runs it passes) in the order drawn, to name the one
+        # that leaves nothing
+        filters = [("Devices", ", ".join(devices), all_runs.device.isin(devices))]
         for knob, label in KNOBS.items():
             if knob not in all_runs or all_runs[knob].nunique(dropna=False) < 2:
                 continue  # not swept
             text = all_runs[knob].map(lambda v, k=knob: knob_text(k, v))
             options = list(dict.fromkeys(text[all_runs[knob].sort_values().index]))
             chosen = st.multiselect(label, options, default=options, key=f"{PAGE}_{knob}")
-            mask &= text.isin(chosen)
+            filters.append((label, ", ".join(chosen), text.isin(chosen)))
         levels = sorted(int(c) for c in all_runs.concurrency.unique())
         low, high = st.select_slider(
             "Users per deployment", levels, value=(levels[0], levels[-1]), key=f"{PAGE}_users"
         )
+        filters.append(
+            ("Users per deployment", f"{low} to {high}", all_runs.concurrency.between(low, high))
+        )
         slo_only = st.checkbox("Only runs meeting the SLO", key=f"{PAGE}_slo_only")
-    shown = all_runs[mask & all_runs.concurrency.between(low, high)]
-    if slo_only:
-        shown = shown[shown.slo_met]
+        if slo_only:
+            filters.append(("Only runs meeting the SLO", "on", all_runs.slo_met.astype(bool)))
+    mask = pd.Series(True, index=all_runs.index)
+    for _, _, passes in filters:
+        mask &= passes
+    shown = all_runs[mask]
+    nothing = nothing_passes(filters, len(all_runs)) if shown.empty else ""
     best = output.best
     if not best.empty:
         best = best[best.config_id.isin(shown.config_id)]
@@ -146,7 +197,7 @@ def page() -> None:
         )  # fmt: skip
     cols[3].metric("Configurations", f"{shown.config_id.nunique():,}")
     if shown.empty:
-        st.info("No run passes the filters.")
+        st.info(nothing)
     else:
         space = load_space(space_path, sorted(shown.device.unique()))
         if space is not None:
@@ -156,7 +207,7 @@ def page() -> None:
                 st.plotly_chart(fig, key=f"{PAGE}_figure_{i}")
     tabs = st.tabs(["Runs", "Best per device", "Sensitivity", "Pruned"])
     frames: list[tuple[pd.DataFrame, str, str]] = [
-        (shown, "runs", "No run passes the filters."),
+        (shown, "runs", nothing),
         (best, "best", "No configuration meets the SLO."),
         (output.sensitivity, "sensitivity", "No swept knob to move."),
         (output.pruned, "pruned", "Nothing pruned."),

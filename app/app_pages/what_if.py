@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import streamlit as st
-from dashboard import controls, figures, runs
+from dashboard import choices, controls, export, figures, runs
 from dashboard.errors import inline_errors
 
 from simulator import catalog
@@ -21,6 +21,56 @@ THINK_SCALES = [0.25, 0.5, 1.0, 2.0, 4.0]
 MIN_SESSIONS = 1000  # generated sessions; closed-loop users never run out in a short window
 # metric tiles whose deltas are better when they go down
 LOWER_IS_BETTER = {"P90 TTFT (s)"}
+DEFAULT_DEVICE = "mi355x"
+SHOWN = f"{PAGE}_shown"  # session state: (scenario, result) last drawn
+
+
+def deployment(model: str) -> tuple[str, int, int, float]:
+    """Device, TP, DCP and host KV tier: only the combinations the core accepts are offered
+    (TP: the model's heads, the device's scale-up domain and the weights allow it; DCP: the
+    divisors of TP that the KV heads allow; offload: what the host DRAM holds)."""
+    state = st.session_state
+    names = catalog.device_names()
+    if state.get(f"{PAGE}_device") not in names:
+        state[f"{PAGE}_device"] = DEFAULT_DEVICE if DEFAULT_DEVICE in names else names[0]
+    device = st.selectbox(
+        "Device", names, format_func=choices.device_label(model), key=f"{PAGE}_device",
+        help=f"A device marked 'does not fit' cannot hold {model} at any TP within one scale-up"
+        " domain",
+    )  # fmt: skip
+    unfit = [f for f in (choices.fit(model, d) for d in names) if not f.fits]
+    if unfit:
+        st.caption(
+            f"Cannot hold {model}: "
+            + ", ".join(f"{f.device} (needs {f.gpus_needed} GPUs)" for f in unfit)
+        )
+    fit = choices.fit(model, device)
+    tp_options = list(
+        fit.tp_sizes or choices.device_tp_sizes(model, device) or choices.model_tp_sizes(model)
+    ) or [1]
+    choices.keep_valid(f"{PAGE}_tp", tp_options, 8)
+    left, right = st.columns(2)
+    tp = int(left.selectbox(
+        "TP", tp_options, key=f"{PAGE}_tp",
+        help=f"The sizes that {model}'s heads and the scale-up domain of {device} allow, and at"
+        " which its weights fit",
+    ))  # fmt: skip
+    dcp_options = list(choices.dcp_sizes(model, tp))
+    choices.keep_valid(f"{PAGE}_dcp", dcp_options, 1)
+    dcp = int(right.selectbox(
+        "DCP", dcp_options, key=f"{PAGE}_dcp",
+        help=f"Divisors of TP {tp} that the KV heads of {model} allow",
+    ))  # fmt: skip
+    profile = catalog.hardware_profile(device)
+    offload_options = choices.offload_gib(profile, tp)
+    choices.keep_valid(f"{PAGE}_offload_gib", offload_options, 0)
+    offload_gib = st.select_slider(
+        "CPU KV offload per replica", offload_options, format_func=controls.offload_label,
+        key=f"{PAGE}_offload_gib",
+    )  # fmt: skip
+    host = profile.host_dram_bytes_per_gpu * tp / 2**30
+    st.caption(f"Host DRAM of {tp}x {device} in its profile: {controls.offload_label(host)}.")
+    return device, tp, dcp, float(offload_gib)
 
 
 def inputs() -> dict[str, Any]:
@@ -28,20 +78,8 @@ def inputs() -> dict[str, Any]:
     with st.sidebar:
         st.subheader("Deployment")
         model = controls.model_select(f"{PAGE}_model")
-        device = st.selectbox(
-            "Device", catalog.device_names(), index=controls.device_index("mi355x"),
-            format_func=controls.device_label, key=f"{PAGE}_device",
-        )  # fmt: skip
-        left, right = st.columns(2)
-        tp = left.selectbox("TP", controls.TP_SIZES, index=3, key=f"{PAGE}_tp")
-        dcp = right.selectbox("DCP", controls.DCP_SIZES, key=f"{PAGE}_dcp")
-        offload_gib = st.select_slider(
-            "CPU KV offload per replica", controls.OFFLOAD_GIB, value=0,
-            format_func=controls.offload_label, key=f"{PAGE}_offload_gib",
-        )  # fmt: skip
+        device, tp, dcp, offload_gib = deployment(model)
         profile = catalog.hardware_profile(device)
-        host = profile.host_dram_bytes_per_gpu * tp / 2**30
-        st.caption(f"Host DRAM of {tp}x {device} in its profile: {controls.offload_label(host)}.")
         default_seqs = default_batch_limits(profile)[1]
         max_num_seqs = st.selectbox(
             "max_num_seqs", [0, 8, 16, 32, 64, 128, 256, 512, 1024],
@@ -79,6 +117,7 @@ def inputs() -> dict[str, Any]:
             "Cost model", cost_models, index=cost_models.index("semianalysis_tco_neocloud"),
             key=f"{PAGE}_cost_model",
         )  # fmt: skip
+    choices.refuse_unfit(SOURCE, model, [device])
     if warmup >= minutes:
         raise SpecError(SOURCE, "warm-up", f"{warmup} min leaves nothing of {minutes} to measure")
     return {
@@ -140,14 +179,28 @@ def tiles(key: str, values: dict[str, tuple[float | None, str, str]]) -> None:
 
 def page() -> None:
     st.title("What-if")
-    data = inputs()
-    scenario = parse(Scenario, data, SOURCE)
+    scenario = parse(Scenario, inputs(), SOURCE)
     key = runs.simulated_part(scenario)
-    st.markdown(describe(scenario))
     with runs.StopButton(PAGE, key) as stop:
         if stop.stopped:
             return
         result = runs.what_if(key)
+    st.session_state[SHOWN] = (scenario, result)
+    show(scenario, result, PAGE)
+
+
+def previous() -> None:
+    """After an error line: the last scenario this session ran, as it was shown."""
+    kept = st.session_state.get(SHOWN)
+    if kept is not None:
+        st.caption("The last scenario that ran, unchanged:")
+        scenario, result = kept
+        show(scenario, result, f"{PAGE}_previous")
+
+
+def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
+    """The figures of one simulated scenario; ``key`` prefixes the element keys."""
+    st.markdown(describe(scenario))
     tokens_per_usd, slo_met = runs.judged(scenario, result)
     s = result.summary
     tiles(
@@ -175,8 +228,8 @@ def page() -> None:
         if slo.ttft_s_p90 is not None:
             target.append(f"P90 TTFT <= {slo.ttft_s_p90:g} s")
         verdict = "meets" if slo_met else "misses"
-        show = st.success if slo_met else st.warning
-        show(f"This scenario **{verdict}** the SLO ({', '.join(target)}).")
+        say = st.success if slo_met else st.warning
+        say(f"This scenario **{verdict}** the SLO ({', '.join(target)}).")
     if tokens_per_usd is None:
         st.caption(f"{scenario.cost_model} has no price for {scenario.device}.")
 
@@ -192,7 +245,7 @@ def page() -> None:
                 ],
                 "TTFT (s)": [s.ttft_s_p50, s.ttft_s_p90, s.ttft_s_p99],
             },
-            key=f"{PAGE}_percentiles", hide_index=True,
+            key=f"{key}_percentiles", hide_index=True,
             column_config={
                 "interactivity (tok/s/user)": st.column_config.NumberColumn(format="%.1f"),
                 "TTFT (s)": st.column_config.NumberColumn(format="%.2f"),
@@ -213,11 +266,11 @@ def page() -> None:
         st.subheader("KV cache usage")
         st.plotly_chart(
             figures.kv_usage_figure(result.kv_usage, scenario.warmup_s / 60),
-            key=f"{PAGE}_kv_usage",
+            key=f"{key}_kv_usage",
         )
     with right:
         st.subheader("Step time breakdown")
-        st.plotly_chart(figures.step_figure(result.step_ms), key=f"{PAGE}_steps")
+        st.plotly_chart(figures.step_figure(result.step_ms), key=f"{key}_steps")
     m = result.memory
     st.caption(
         f"{s.requests_finished:,} requests measured ({s.requests_rejected:,} rejected),"
@@ -227,7 +280,9 @@ def page() -> None:
         f" of {m.block_size_tokens} tokens; simulated in {result.wall_s:,.1f} s."
         f" {controls.caveat([scenario.device])}"
     )
+    st.subheader("Export")
+    export.scenario_export(scenario, key)
 
 
-with inline_errors(SOURCE):
+with inline_errors(SOURCE, previous):
     page()

@@ -11,9 +11,6 @@ from streamlit.elements.lib.column_types import ColumnConfig
 from simulator import catalog
 from simulator.planner.report import sources_caveat
 
-TP_SIZES = [1, 2, 4, 8, 16]
-DCP_SIZES = [1, 2, 4, 8]
-OFFLOAD_GIB = [0, 128, 256, 512, 1024, 2048, 4096]  # host KV tier per replica
 DEFAULT_MODEL = "kimi-k3"
 
 
@@ -23,19 +20,10 @@ def offload_label(gib: float) -> str:
     return f"{gib / 1024:g} TiB" if gib >= 1024 else f"{gib:g} GiB"
 
 
-def device_label(name: str) -> str:
-    return f"{name} ({catalog.hardware_profile(name).display_name})"
-
-
 def model_select(key: str) -> str:
     names = catalog.model_names()
     index = names.index(DEFAULT_MODEL) if DEFAULT_MODEL in names else 0
     return str(st.selectbox("Model", names, index=index, key=key))
-
-
-def device_index(name: str) -> int:
-    names = catalog.device_names()
-    return names.index(name) if name in names else 0
 
 
 def fmt(value: float | None, spec: str, unit: str = "") -> str:

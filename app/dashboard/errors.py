@@ -1,9 +1,10 @@
-"""Bad input as one inline line (file, field, reason), never a traceback on the page."""
+"""Bad input as one inline line (file, field, reason), never a traceback on the page; what
+the page showed before stays under the line."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import streamlit as st
@@ -22,11 +23,13 @@ def one_line(exc: SpecError | ValidationError, source: str) -> str:
 
 
 @contextmanager
-def inline_errors(source: str) -> Iterator[None]:
+def inline_errors(source: str, previous: Callable[[], None] | None = None) -> Iterator[None]:
     """Run a page body; a SpecError or ValidationError ends it with one ``st.error`` line.
 
     Anything else is a bug: the page says so in one line and the traceback goes to the server
-    log. Streamlit's stop/rerun signals are BaseExceptions and pass through untouched.
+    log. Either way ``previous`` then draws the last result this session was shown (kept in
+    ``st.session_state`` by the page), so an error never wipes it. Streamlit's stop/rerun
+    signals are BaseExceptions and pass through untouched.
     """
     try:
         yield
@@ -39,3 +42,11 @@ def inline_errors(source: str) -> Iterator[None]:
             " the streamlit server",
             icon=":material/bug_report:",
         )
+    else:
+        return
+    if previous is None:
+        return
+    try:
+        previous()
+    except Exception:  # the kept result of older code, say: the error line stays alone
+        LOG.exception("dashboard: the previous result could not be drawn again")

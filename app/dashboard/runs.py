@@ -1,8 +1,10 @@
 """Cached, stoppable calls into the core: one scenario (What-if), a small sweep (Compare), a
-``plan search`` output folder (Search results).
+sizing (Sizing), a ``plan search`` output folder (Search results).
 
 Caching: ``st.cache_data`` keyed on the scenario's (or search space's) JSON, so a scenario
-seen before, by anyone on this server, is answered at once.
+seen before, by anyone on this server, is answered at once; the Compare page's runs also go
+through ``run_all``'s per-run JSON cache, in a folder shared with the CLI (``plan search
+--out OUT`` keeps the same files in ``OUT/cache``).
 
 Stopping: the core has no cancel hook. A run reports progress through its callback, and every
 progress update is a Streamlit call, which is where Streamlit interrupts a script whose user
@@ -15,12 +17,11 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
@@ -28,11 +29,16 @@ import streamlit as st
 from simulator.cost.shapes import CATEGORIES
 from simulator.memory import MemoryReport
 from simulator.metrics import Summary
+from simulator.planner.analysis import replicate_scenarios
 from simulator.planner.executor import run_all
-from simulator.planner.space import Candidate, Pruned, SearchSpace, expand
+from simulator.planner.space import Candidate, Pruned, SearchSpace, expand, scenario_hash
 from simulator.simulation import simulate, slo_met, tokens_per_dollar
 from simulator.specs.loading import SpecError, load
 from simulator.specs.scenario import SLO, Scenario
+from simulator.userdata import plan_home
+
+if TYPE_CHECKING:
+    from simulator.planner.sizing import SizeResult
 
 PROGRESS_INTERVAL_S = 0.25  # wall time between progress updates (and stop checks)
 KV_USAGE_POINTS = 2000  # points per replica in the KV usage chart
@@ -194,32 +200,41 @@ class SweepResult:
     results: dict[str, dict[str, Any]]
 
 
-def run_cache_dir() -> Path:
-    """Where run_all keeps one JSON per finished run (``PLAN_DASHBOARD_CACHE``, else a fresh
-    temporary folder per server process: results of older code are never read back)."""
-    return Path(os.environ.get("PLAN_DASHBOARD_CACHE") or _process_cache_dir())
+def default_run_cache() -> str:
+    """The run cache the Compare page starts with: ``$PLAN_DASHBOARD_CACHE``, else
+    ``<plan_home>/cache`` (the user data folder's, where the core's own searches keep their
+    runs without an output folder)."""
+    return os.environ.get("PLAN_DASHBOARD_CACHE") or str(plan_home() / "cache")
 
 
-@st.cache_resource(show_spinner=False)
-def _process_cache_dir() -> str:
-    return tempfile.mkdtemp(prefix="plan-dashboard-")
+def sweep_scenarios(space: SearchSpace) -> tuple[list[Candidate], list[Pruned], list[Scenario]]:
+    """The configurations of a search space, the pruned ones, and every run of its grid as
+    ``plan search`` names and builds them (``<config>-c<users>-s<seed>``): the same runs have
+    the same ``run_all`` cache key (``scenario_hash``: the scenario, the code, the input
+    files), so a run cache is shared with the CLI's ``OUT/cache``."""
+    candidates, pruned = expand(space, "compare")
+    return candidates, pruned, replicate_scenarios(space, candidates)
 
 
-def sweep_size(space_json: str) -> tuple[int, int]:
-    """(runs, pruned configurations) of a search space, without running anything."""
-    candidates, pruned = expand(SearchSpace.model_validate_json(space_json), "compare")
-    return sum(len(c.scenarios) for c in candidates), len(pruned)
+def cached_runs(scenarios: list[Scenario], cache_dir: Path) -> int:
+    """How many of the runs ``run_all`` would read from ``cache_dir`` instead of running."""
+    return sum((cache_dir / f"{scenario_hash(sc)}.json").is_file() for sc in scenarios)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def sweep(space_json: str, workers: int) -> SweepResult:
-    """Every configuration x concurrency of a search space, ``workers`` processes at a time.
+def sweep(simulated_json: str, workers: int, cache_dir: str, _space: SearchSpace) -> SweepResult:
+    """Every configuration x concurrency of ``_space``, ``workers`` processes at a time, through
+    ``run_all``'s per-run cache in ``cache_dir``.
+
+    The key is ``simulated_json``, the space without its SLO, prices and demand: they judge
+    the runs without changing them, so another SLO is answered from here at once. The runs
+    themselves carry the space's SLO and cost model, as ``plan search`` builds them (their
+    cache keys are the CLI's).
 
     Runs go to ``run_all`` in batches of ``workers``: a stopped sweep waits for at most one
     batch (``run_all`` itself finishes every submitted run before it returns or raises)."""
-    space = SearchSpace.model_validate_json(space_json)
-    candidates, pruned = expand(space, "compare")
-    scenarios = [sc for c in candidates for sc in c.scenarios]
+    del simulated_json  # the cache key only
+    candidates, pruned, scenarios = sweep_scenarios(_space)
     bar = Progress(f"{len(scenarios)} runs")
 
     def progress(offset: int, done: int, total: int) -> None:
@@ -231,10 +246,41 @@ def sweep(space_json: str, workers: int) -> SweepResult:
     try:
         for start in range(0, len(scenarios), workers):
             batch = scenarios[start : start + workers]
-            results |= run_all(batch, run_cache_dir(), workers, partial(progress, start))
+            results |= run_all(batch, Path(cache_dir), workers, partial(progress, start))
     finally:
         bar.close()
     return SweepResult(candidates, pruned, results)
+
+
+# -------------------------------------------------------------------------------- sizing
+
+
+def size_planned(request_json: str) -> int:
+    """At most this many simulations for a sizing request (nothing run)."""
+    from simulator.planner.sizing import SizeRequest, base_space, plan_candidates, planned_runs
+
+    request = SizeRequest.model_validate_json(request_json)
+    space, candidates, _ = plan_candidates(base_space(request))
+    return planned_runs(space, candidates)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def size(request_json: str, workers: int, cache_dir: str) -> SizeResult:
+    """``run_size`` of a ``SizeRequest`` (JSON), its simulations through ``run_all``'s cache in
+    ``cache_dir`` (``plan size`` without ``--out`` uses ``<plan_home>/cache``, this page's
+    default), with a progress bar its progress callback drives."""
+    from simulator.planner.sizing import SizeRequest, run_size
+
+    request = SizeRequest.model_validate_json(request_json)
+    bar = Progress("sizing: planning the searches")
+
+    def progress(done: int, at_most: int) -> None:
+        bar.update(done / max(at_most, 1), f"{done:,} simulations done (at most {at_most:,})")
+
+    try:
+        return run_size(request, None, workers, progress, Path(cache_dir))
+    finally:
+        bar.close()
 
 
 # ------------------------------------------------------------------------ search results

@@ -22,9 +22,9 @@ TINY_SEARCH = Path(__file__).with_name("tiny_search.yaml")
 def app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str | None], AppTest]:
     """``app(page)``: the dashboard run once from its entrypoint (the What-if page opens
     first), then switched to ``page`` (``app_pages/<name>.py``) when given. Runs of the
-    Compare page are kept under this test's tmp_path."""
+    Compare and Sizing pages are kept under this test's tmp_path (their run cache)."""
     monkeypatch.setenv("PLAN_DASHBOARD_CACHE", str(tmp_path / "runs"))
-    monkeypatch.chdir(ROOT)  # the pages resolve relative paths (out/, scenarios/) from here
+    monkeypatch.chdir(ROOT)  # the pages resolve relative paths (out/, ...) from here
 
     def open_page(page: str | None = None) -> AppTest:
         at = AppTest.from_file(APP, default_timeout=60).run()

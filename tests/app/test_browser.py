@@ -1,6 +1,9 @@
-"""End to end: `streamlit run app/main.py` on a free local port, every page opened in headless
-Chromium, a screenshot of each under the test's tmp_path, no error on any page, and a long
-What-if run stopped from the browser."""
+"""End to end: `streamlit run app/main.py` on a free local port (with the repository's
+.streamlit/config.toml: no Deploy button), every page opened in headless Chromium, a
+screenshot of each under the test's tmp_path, no error on any page and no "missing
+ScriptRunContext" in the server log; the What-if scenario downloaded as YAML, a quick sizing
+run end to end, the Search results folder switched; and a long What-if run stopped from the
+browser."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app" / "main.py"
@@ -54,8 +58,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [str(STREAMLIT), "run", str(APP), "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port),
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false",
-         "--client.toolbarMode", "minimal"],
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -122,25 +125,56 @@ def check(page: Any, name: str, shots: Path) -> None:
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0, f"{name}: {text}"
     assert "Traceback" not in text, f"{name}: {text[:2000]}"
     assert "Error" not in text, f"{name}: {text[:2000]}"
+    # .streamlit/config.toml: client.toolbarMode = "minimal"
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, name
+
+
+def choose(page: Any, key: str, option: str) -> None:
+    """Pick ``option`` in the selectbox or multiselect keyed ``key``."""
+    page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+    page.locator(f".st-key-{key} input").click()
+    page.get_by_role("option", name=option).first.click()
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(300)
+
+
+def fill(page: Any, key: str, value: str) -> None:
+    page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+    field = page.locator(f".st-key-{key} input")
+    field.fill(value)
+    field.press("Enter")
+    page.wait_for_timeout(300)
 
 
 def test_every_page_in_chromium(server: str, browser_page: Any, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from simulator.cli import app as plan
+    from simulator.specs import Scenario
+    from simulator.specs.loading import parse
 
     page = browser_page
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    # a small search output for the Search results page
+    # a small search output for the Search results page, and a second folder with its own
+    # space (another SLO)
     out = tmp_path / "search"
     space = ROOT / "tests" / "app" / "tiny_search.yaml"
     result = CliRunner().invoke(plan, ["search", str(space), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    data = yaml.safe_load((other / "space.yaml").read_text())
+    (other / "space.yaml").write_text(yaml.safe_dump({**data, "slo": {"ttft_s_p90": 9.0}}))
 
     page.goto(server)  # What-if is the default page
     settle(page, "Throughput (tok/s/GPU)")
     check(page, "what-if", shots)
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download scenario YAML").click()
+    exported = Path(download.value.path()).read_text()
+    scenario = parse(Scenario, yaml.safe_load(exported), download.value.suggested_filename)
+    assert (scenario.model, scenario.device, scenario.serving.tp) == ("kimi-k3", "mi355x", 8)
 
     page.goto(f"{server}/memory")
     settle(page, "Fits on (model alone)")
@@ -152,14 +186,38 @@ def test_every_page_in_chromium(server: str, browser_page: Any, tmp_path: Path) 
     settle(page, "tokens per USD")
     check(page, "compare", shots)
 
+    page.goto(f"{server}/sizing")
+    settle(page, "Press Size")
+    choose(page, "sizing_model", "llama-3.3-70b")
+    fill(page, "sizing_users", "8")
+    fill(page, "sizing_slo_interactivity", "20")
+    choose(page, "sizing_devices", "h200")
+    choose(page, "sizing_seeds", "1")
+    settle(page, "--devices h200 --seeds 1 --quick")  # the plan size command of the inputs
+    start = time.monotonic()
+    page.get_by_role("button", name="Size", exact=True).click()
+    settle(page, "Buy 1 node of 8x H200")
+    sizing_s = time.monotonic() - start
+    check(page, "sizing", shots)
+    assert "vllm serve meta-llama/Llama-3.3-70B-Instruct" in page.inner_text("body")
+    assert sizing_s < 120, f"the sizing took {sizing_s:.0f} s"
+
     page.goto(f"{server}/search-results?dir={out}&space={space}")
     settle(page, "Runs shown")
     check(page, "search-results", shots)
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
+    assert page.locator(".st-key-search_space input").input_value() == str(space)
+    fill(page, "search_folder", str(other))  # the space box follows the folder
+    settle(page, str(other.resolve()))
+    check(page, "search-results-other", shots)
+    assert page.locator(".st-key-search_space input").input_value() == str(other / "space.yaml")
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
 
     page.goto(f"{server}/calibration")
     settle(page, "Calibration")
     check(page, "calibration", shots)
+    log = (tmp_path / "server.log").read_text()
+    assert "missing ScriptRunContext" not in log, log[-3000:]
 
 
 def test_a_long_run_stops(server: str, browser_page: Any, tmp_path: Path) -> None:

@@ -56,14 +56,39 @@ def test_bad_combinations_are_inline_lines(app: OpenPage) -> None:
         f"memory ({d}): serving.tp: tp 16 exceeds the scale-up domain of {d} (8 GPUs)"
         for d in ("b300", "h200", "mi355x")
     ]
+    # only valid choices: DCP 8 then TP 4 moves DCP to 4, the nearest divisor (an MLA model)
     at.selectbox(key="memory_dcp").set_value(8)
     at.selectbox(key="memory_tp").set_value(4).run()
+    assert at.selectbox(key="memory_dcp").options == ["1", "2", "4"]
+    assert at.selectbox(key="memory_dcp").value == 4
+    assert "TP4 DCP4" in at.markdown[0].value
+    # no device takes TP16: the error lines, and the last plan shown under them
+    at.selectbox(key="memory_dcp").set_value(1)
+    at.selectbox(key="memory_tp").set_value(8).run()
+    before = shown(at)
+    at.multiselect(key="memory_devices").set_value(["b300"])
+    at.selectbox(key="memory_tp").set_value(16).run()
     assert [e.value for e in at.error] == [
-        "memory: serving.dcp: dcp 8 must divide tp 4 (DCP reuses the TP ranks)"
+        "memory (b300): serving.tp: tp 16 exceeds the scale-up domain of b300 (8 GPUs)"
     ]
-    assert not at.metric
+    assert "The last plan shown, unchanged:" in [c.value for c in at.caption]
+    assert shown(at) == before
     at.multiselect(key="memory_devices").set_value([]).run()
     assert "Pick at least one device" in at.info[0].value
+
+
+def test_choices_follow_the_model(app: OpenPage) -> None:
+    at = app(PAGE)
+    assert "fp8_ds_mla" in at.selectbox(key="memory_kv_dtype").options  # Kimi K3: MLA
+    at.selectbox(key="memory_kv_dtype").set_value("fp8_ds_mla").run()
+    at.selectbox(key="memory_model").set_value("llama-3.3-70b").run()
+    assert at.selectbox(key="memory_kv_dtype").options == ["auto", "bf16", "fp8"]
+    assert at.selectbox(key="memory_kv_dtype").value == "auto"
+    # GQA with 8 KV heads: DCP needs TP beyond 8 (vLLM: dcp <= tp // num_kv_heads)
+    assert at.selectbox(key="memory_dcp").options == ["1"]
+    at.selectbox(key="memory_tp").set_value(16).run()
+    assert at.selectbox(key="memory_dcp").options == ["1", "2"]
+    assert not at.exception
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ and inline notes for a missing folder or a search space that does not match."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,3 +65,46 @@ def test_missing_folder_and_mismatched_space_are_notes(
     broken.write_text("name: x\nmodel: llama-3.3-70b\n")
     at.text_input(key="search_space").set_value(str(broken)).run()
     assert at.warning[0].value.startswith(f"Frontier not drawn: {broken}: devices:")
+
+
+def test_another_folder_brings_its_own_space_and_filters(
+    app: OpenPage, tiny_search: tuple[Path, Path], tmp_path: Path
+) -> None:
+    folder, given = tiny_search
+    assert (folder / "space.yaml").is_file()  # plan search writes its space beside the runs
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    space = yaml.safe_load((other / "space.yaml").read_text())
+    space["slo"] = {"interactivity_tok_per_s_p90": 300.0}
+    (other / "space.yaml").write_text(yaml.safe_dump(space))
+    runs = pd.read_csv(other / "runs.csv")
+    runs["slo_met"] = runs.device != "h100"  # as that SLO judges them
+    runs.to_csv(other / "runs.csv", index=False)
+
+    at = app(PAGE)
+    at.text_input(key="search_folder").set_value(str(folder)).run()
+    assert at.text_input(key="search_space").value == str(folder / "space.yaml")
+    at.multiselect(key="search_devices").set_value(["h100"]).run()
+    assert at.metric[0].value == "4"
+    at.text_input(key="search_folder").set_value(str(other)).run()
+    assert not at.exception
+    # the box follows the folder: the frontier is drawn with the new folder's SLO line
+    assert at.text_input(key="search_space").value == str(other / "space.yaml")
+    assert not at.warning
+    assert at.metric[0].value == "8"  # the devices filter starts again from the new runs
+    assert at.metric[1].value == "4"
+    at.multiselect(key="search_devices").set_value(["h100"])
+    at.checkbox(key="search_slo_only").check().run()
+    assert at.metric[0].value == "0"
+    expected = (
+        "No run passes the filters: Only runs meeting the SLO (on) keeps none of the 4 runs"
+        " that Devices, DCP and Users per deployment keep."
+    )
+    assert at.info[0].value == expected
+    assert expected in [c.value for c in at.caption]  # the Runs tab says the same
+    at.multiselect(key="search_devices").set_value([]).run()
+    assert at.info[0].value == "No run passes the filters: Devices has nothing chosen."
+    # a space given with the folder in the same edit is kept
+    at.text_input(key="search_folder").set_value(str(folder))
+    at.text_input(key="search_space").set_value(str(given)).run()
+    assert at.text_input(key="search_space").value == str(given)

@@ -1,11 +1,22 @@
 """What-if page: the default scenario's numbers, the numbers moving with the device and the
-offload size, bad combinations as one inline line, a stopped run."""
+offload size, only valid combinations offered, an error line over the previous result, the
+export as YAML and as a plan command, a stopped run."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Callable
+from pathlib import Path
 
+import yaml
 from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from simulator import catalog
+from simulator.specs import Scenario
+from simulator.specs.loading import parse, read_yaml
+from simulator.specs.overrides import apply_overrides
 
 OpenPage = Callable[..., AppTest]
 THROUGHPUT = "Throughput (tok/s/GPU)"
@@ -56,24 +67,52 @@ def test_device_and_offload_move_the_numbers(app: OpenPage) -> None:
     assert number(delta) == number(offload[THROUGHPUT]) - number(b300[THROUGHPUT])
 
 
-def test_invalid_combination_is_one_inline_line(app: OpenPage) -> None:
+def test_only_valid_combinations_are_offered(app: OpenPage) -> None:
     at = app()
-    at.selectbox(key="whatif_dcp").set_value(8)
+    # Kimi K3 fits on 8x MI355X at TP8 only (TP16 is past its 8-GPU domain, TP4 holds not the
+    # weights); MLA: every divisor of TP is a DCP size; 2 TiB of host DRAM behind 8 GPUs
+    assert at.selectbox(key="whatif_tp").options == ["8"]
+    assert at.selectbox(key="whatif_dcp").options == ["1", "2", "4", "8"]
+    assert at.select_slider(key="whatif_offload_gib").options[-1] == "2 TiB"
+    labels = at.selectbox(key="whatif_device").options
+    devices = dict(zip(labels, catalog.device_names(), strict=True))
+    unfit = {name for label, name in devices.items() if "(does not fit: needs" in label}
+    assert unfit == {"b200", "d270", "h100", "h200", "mi300x"}
+    label = next(label for label, name in devices.items() if name == "h200")
+    assert label.endswith("(does not fit: needs 16 GPUs)")
+    assert any("Cannot hold kimi-k3: " in c.value for c in at.sidebar.caption)
+    # GQA with 2 KV heads: DCP <= TP // 2; a kept DCP TP no longer allows moves to the nearest
+    at.selectbox(key="whatif_model").set_value("qwen3.5-397b-a17b").run()
+    assert at.selectbox(key="whatif_tp").options == ["4", "8"]
+    assert at.selectbox(key="whatif_dcp").options == ["1", "2", "4"]
+    at.selectbox(key="whatif_dcp").set_value(4).run()
     at.selectbox(key="whatif_tp").set_value(4).run()
-    assert not at.exception
+    assert at.selectbox(key="whatif_dcp").options == ["1", "2"]
+    assert at.selectbox(key="whatif_dcp").value == 2
+    assert not at.error
+    assert "TP4, DCP2" in at.markdown[0].value
+
+
+def test_an_error_keeps_the_previous_result(app: OpenPage) -> None:
+    at = app()
+    before = shown(at)
+    at.selectbox(key="whatif_device").set_value("h200").run()
     assert [e.value for e in at.error] == [
-        "what-if: serving.dcp: dcp 8 must divide tp 4 (DCP reuses the TP ranks)"
+        "what-if: device: kimi-k3 does not fit on h200: its weights need 16x h200, more than"
+        " the 8 GPUs of one scale-up domain"
     ]
-    assert not at.metric  # nothing simulated
-    at.selectbox(key="whatif_tp").set_value(16).run()  # the model allows it, the node not
+    assert "The last scenario that ran, unchanged:" in [c.value for c in at.caption]
+    assert shown(at) == before  # the MI355X result, under the error line
+    assert "8x mi355x" in at.markdown[0].value
+    at.selectbox(key="whatif_device").set_value("mi355x")
+    at.number_input(key="whatif_warmup").set_value(40).run()  # more than the 30 minutes
     assert [e.value for e in at.error] == [
-        "what-if: serving.tp: tp 16 exceeds the scale-up domain of mi355x (8 GPUs)"
+        "what-if: warm-up: 40 min leaves nothing of 30 to measure"
     ]
-    at.selectbox(key="whatif_tp").set_value(8)
-    at.selectbox(key="whatif_device").set_value("h200").run()  # 186 GiB of weights per GPU
-    assert len(at.error) == 1
-    assert "h200" in at.error[0].value
-    assert "weights exceed" in at.error[0].value
+    assert shown(at)[THROUGHPUT] == before[THROUGHPUT]
+    at.number_input(key="whatif_warmup").set_value(5).run()
+    assert not at.error
+    assert "The last scenario that ran, unchanged:" not in [c.value for c in at.caption]
 
 
 def test_stopped_run_waits_for_run(app: OpenPage) -> None:
@@ -111,3 +150,69 @@ def test_batch_cap_and_users_move_the_numbers(app: OpenPage) -> None:
     assert number(capped["P90 TTFT (s)"]) > number(before["P90 TTFT (s)"])  # 32 agents queue
     at.number_input(key="whatif_users").set_value(8).run()
     assert shown(at)[THROUGHPUT] != capped[THROUGHPUT]
+
+
+def set_flags(command: str) -> tuple[str, list[str]]:
+    """(the file, the --set items) of a ``plan run FILE --set K=V ...`` command."""
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["plan", "run"]
+    assert words[3::2] == ["--set"] * len(words[3::2])
+    return words[2], words[4::2]
+
+
+def test_export_is_the_scenario_simulated(app: OpenPage, tmp_path: Path) -> None:
+    from dashboard.export import EXAMPLES_DIR  # app/ is on sys.path (conftest)
+
+    from simulator.cli import app as plan
+
+    at = app()
+    at.number_input(key="whatif_slo_ttft").set_value(3.0)  # judged, not simulated again
+    at.selectbox(key="whatif_cost_model").set_value("agentx").run()
+    scenario, result = at.session_state["whatif_shown"]
+    assert scenario.slo.ttft_s_p90 == 3.0
+    assert scenario.cost_model == "agentx"
+    (text,) = (c.value for c in at.code if c.language == "yaml")
+    (command,) = (c.value for c in at.code if c.language == "bash")
+    exported = parse(Scenario, yaml.safe_load(text), "what-if.yaml")
+    assert exported == scenario
+    assert at.get("download_button")
+    file_command, example_command = command.split("\n\n")
+    assert file_command == "plan run what-if.yaml"
+    example, sets = set_flags(example_command.split("\n", 1)[1])
+    assert example == "kimi-k3-mi355x-agentic.yaml"
+    assert "slo.ttft_s_p90=3.0" in sets
+    assert not any(s.startswith("cost_model=") for s in sets)  # the example's is agentx too
+    data = apply_overrides(read_yaml(EXAMPLES_DIR / example), sets, "(arguments)")
+    assert parse(Scenario, data, example) == scenario
+    # the CLI simulates the file to the page's numbers
+    path = tmp_path / "what-if.yaml"
+    path.write_text(text)
+    ran = CliRunner().invoke(plan, ["run", str(path), "--json"])
+    assert ran.exit_code == 0, ran.output
+    cli = json.loads(ran.stdout)
+    summary = result.summary
+    assert cli["throughput_tok_per_s_per_gpu"] == summary.throughput_tok_per_s_per_gpu
+    assert cli["ttft_s_p90"] == summary.ttft_s_p90
+
+
+def test_overrides_turn_the_example_into_any_scenario() -> None:
+    from dashboard.export import EXAMPLES_DIR, overrides, run_command
+
+    base = read_yaml(EXAMPLES_DIR / "kimi-k3-mi355x-agentic.yaml")
+    target = parse(Scenario, base, "base").model_copy(
+        update={"name": "b300 with offload", "device": "b300", "cost_model": "agentx"}
+    )
+    target = target.model_copy(
+        update={"serving": target.serving.model_copy(
+            update={"dcp": 8, "cpu_offload_bytes": 2.0**40, "max_num_seqs": 64})}
+    )  # fmt: skip
+    sets = overrides(parse(Scenario, base, "base").model_dump(mode="json"),
+                     target.model_dump(mode="json"))  # fmt: skip
+    assert sorted(sets) == [
+        "device=b300", "name=b300 with offload", "serving.cpu_offload_bytes=1099511627776.0",
+        "serving.dcp=8", "serving.max_num_seqs=64",
+    ]  # fmt: skip
+    assert parse(Scenario, apply_overrides(base, sets, "x"), "x") == target
+    _, example_command = run_command(target, "b300.yaml").split("\n\n")
+    _, flags = set_flags(example_command.split("\n", 1)[1])
+    assert flags == sets  # shell-quoted: "name=b300 with offload" is one word
