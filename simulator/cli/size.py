@@ -111,7 +111,7 @@ def size(
         table = terminal_table(result)
         t = Table(title=f"{result.space.model}, {users:,} users: ranked by the fleet's $/hour")
         for header in table.headers:
-            left = header in ("device", "configuration")
+            left = header in ("device", "config")
             t.add_column(header, overflow="fold", justify="left" if left else "right")
         for row in table.rows:
             t.add_row(*row)

@@ -90,9 +90,12 @@ def answer(
     best: pd.DataFrame,
     runs: pd.DataFrame,
     pruned: pd.DataFrame | None = None,
+    reasons: bool = True,
 ) -> tuple[str, str]:
     """The headline and the answer sentence: what to buy and the runner-up (by the fleet's
-    USD per hour for the demand, else tokens per USD), or that no device qualifies and why."""
+    USD per hour for the demand, else tokens per USD), or that no device qualifies and why.
+    ``reasons``: end it with why the other devices are not candidates (``plan size`` lists
+    them on their own lines instead)."""
     why = [v for v in verdicts(space, runs, best, pruned) if v.kind != "meets"]
     if best.empty:
         short = ", ".join(f"{v.device} {SHORT[v.kind]}" for v in why)
@@ -109,7 +112,7 @@ def answer(
         headline, text = _buy(space, top, second)
     else:
         headline, text = _best_value(space, basis, top, second)
-    if why:
+    if why and reasons:
         text += ". Not a candidate: " + "; ".join(f"{v.device} {v.text}" for v in why)
     return headline, text + "."
 

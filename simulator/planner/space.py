@@ -179,20 +179,42 @@ class Pruned:
     reason: str
 
 
+# what prints or packages results without changing them: edits here keep cached runs valid
+PRESENTATION = (
+    "cli/", "examples/", "api.py", "planner/report.py", "planner/report_tables.py",
+    "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
+)  # fmt: skip
+
+
+def fingerprinted_files() -> list[tuple[str, Path]]:
+    """The files a cached run's key covers: the simulator's source, model cards and hardware
+    profiles, less the presentation layer (:data:`PRESENTATION`)."""
+    import simulator
+    from hardware_profiles import PROFILES_DIR
+
+    package = Path(simulator.__file__).parent
+    files = []
+    for root in (package, PROFILES_DIR):
+        for f in sorted(root.rglob("*")):
+            if f.suffix not in (".py", ".yaml", ".json") or "__pycache__" in f.parts:
+                continue
+            name = f.relative_to(root).as_posix()
+            if root == package and name.startswith(PRESENTATION):
+                continue
+            files.append((name, f))
+    return files
+
+
 @functools.cache
 def code_fingerprint() -> str:
     """sha256 of the simulator's own source, model cards and hardware profiles: a cached run
     is reused only by the code and data that produced it (a version string alone would hand
-    back results of older code after any edit)."""
-    import simulator
-    from hardware_profiles import PROFILES_DIR
-
+    back results of older code after any edit). The report, the CLI and the deploy lines are
+    left out: they do not change a run's result."""
     h = hashlib.sha256()
-    for root in (Path(simulator.__file__).parent, PROFILES_DIR):
-        for f in sorted(root.rglob("*")):
-            if f.suffix in (".py", ".yaml", ".json") and "__pycache__" not in f.parts:
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
+    for name, f in fingerprinted_files():
+        h.update(name.encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 

@@ -190,3 +190,14 @@ def test_a_stop_from_progress_cancels_the_queued_runs(tmp_path: Path) -> None:
     with pytest.raises(StopError):
         run_all([_tiny(s) for s in range(4)], tmp_path, workers=1, progress=progress)
     assert len(list(tmp_path.glob("*.json"))) == 1  # the one stored before the stop
+
+
+def test_the_run_cache_key_covers_the_engine_but_not_the_presentation() -> None:
+    from simulator.planner import space as space_mod
+
+    names = {name for name, _ in space_mod.fingerprinted_files()}
+    for engine in ("engine.py", "scheduler.py", "simulation.py", "planner/executor.py",
+                   "cost/step.py", "model_cards/kimi-k3.yaml", "h100/profile.yaml"):  # fmt: skip
+        assert engine in names, engine
+    for shown in ("cli/size.py", "planner/report.py", "planner/deploy.py", "api.py"):
+        assert shown not in names, shown
