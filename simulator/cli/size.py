@@ -106,7 +106,8 @@ def size(
     if as_json:
         print_json(result_json(result))
         return
-    typer.echo(result.answer)
+    out_console = console()
+    out_console.print(result.answer, markup=False)  # wrapped to the terminal
     if not result.best.empty:
         table = terminal_table(result)
         t = Table(title=f"{result.space.model}, {users:,} users: ranked by the fleet's $/hour")
@@ -115,9 +116,9 @@ def size(
             t.add_column(header, overflow="fold", justify="left" if left else "right")
         for row in table.rows:
             t.add_row(*row)
-        console().print(t)
+        out_console.print(t)
     for line in result.not_served:
-        typer.echo(f"not served: {line}")
+        out_console.print(f"not served: {line}", markup=False)
     for cid, text in list(result.commands.items())[:1]:
         replicas = int(result.table.iloc[0].replicas)
         typer.echo(f"\ndeploy {cid} ({replicas:,} deployments of this; all in deploy.sh):")
