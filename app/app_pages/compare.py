@@ -9,11 +9,12 @@ from typing import Any
 
 import streamlit as st
 from dashboard import choices, controls, export, figures, runs
-from dashboard.errors import inline_errors
+from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.planner.analysis import best_per_device, pruned_table, runs_table
 from simulator.planner.space import SearchSpace
+from simulator.planner.verdicts import verdicts
 from simulator.specs import SpecError
 from simulator.specs.loading import parse
 
@@ -175,15 +176,6 @@ def page() -> None:
         export.space_export(space, f"{PAGE}_space", Path(cache))
 
 
-def previous() -> None:
-    """After an error line: the last comparison this session ran, as it was shown."""
-    kept = st.session_state.get(SHOWN)
-    if kept is not None:
-        st.caption("The last comparison that ran, unchanged:")
-        space, result = kept
-        show(space, result, f"{PAGE}_previous")
-
-
 def show(space: SearchSpace, result: runs.SweepResult, key: str) -> None:
     """The comparison of ``space``'s runs; ``key`` prefixes the element keys."""
     table = runs_table(space, result.candidates, result.results)
@@ -195,12 +187,14 @@ def show(space: SearchSpace, result: runs.SweepResult, key: str) -> None:
         f" measured); SLO P90 interactivity >= {slo or 0:g} tok/s/user; prices:"
         f" {space.cost_model}."
     )
+    why_not = {v.device: v.text for v in verdicts(space, table, best)}
     columns = st.columns(len(space.devices))
     for col, device in zip(columns, space.devices, strict=True):
         mine = best[best.device == device] if not best.empty else best
         if mine.empty:
-            col.metric(f"{device} tokens per USD", "-", help="no configuration meets the SLO")
-            col.caption("No configuration meets the SLO (or fits).")
+            why = why_not[device]  # does not fit, or misses the SLO, never both in one line
+            col.metric(f"{device} tokens per USD", "-", help=why)
+            col.caption(why[0].upper() + why[1:] + ".")
             continue
         b = mine.iloc[0]
         col.metric(
@@ -225,6 +219,8 @@ def show(space: SearchSpace, result: runs.SweepResult, key: str) -> None:
     with st.expander(f"All {len(table)} runs"):
         controls.table(table, f"{key}_runs")
 
+
+previous = kept_result(SHOWN, "The last comparison that ran", show, f"{PAGE}_previous")
 
 with inline_errors(SOURCE, previous):
     page()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 from dashboard import choices, controls, figures
-from dashboard.errors import inline_errors, one_line
+from dashboard.errors import inline_errors, kept_result, one_line
 
 from simulator import catalog
 from simulator.cli.memory import serving_from
@@ -93,15 +93,6 @@ def page() -> None:
     show(described, reports, PAGE)
 
 
-def previous() -> None:
-    """After an error line: the last memory plan this session was shown."""
-    kept = st.session_state.get(SHOWN)
-    if kept is not None:
-        st.caption("The last plan shown, unchanged:")
-        described, reports = kept
-        show(described, reports, f"{PAGE}_previous")
-
-
 def show(described: str, reports: list[MemoryReport], key: str) -> None:
     """The memory plan of ``reports``; ``key`` prefixes the element keys."""
     st.markdown(described)
@@ -164,6 +155,8 @@ def row(r: MemoryReport) -> dict[str, object]:
         "max_num_seqs": r.max_num_seqs,
     }
 
+
+previous = kept_result(SHOWN, "The last plan shown", show, f"{PAGE}_previous")
 
 with inline_errors(SOURCE, previous):
     page()

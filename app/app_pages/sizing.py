@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 from dashboard import controls, runs
-from dashboard.errors import inline_errors
+from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.planner.sizing import WORKLOADS, SizeRequest, SizeResult
@@ -150,15 +150,6 @@ def page() -> None:
     show(request, result, PAGE)
 
 
-def previous() -> None:
-    """After an error line: the last sizing this session ran, as it was shown."""
-    kept = st.session_state.get(SHOWN)
-    if kept is not None:
-        st.caption("The last sizing that ran, unchanged:")
-        request, result = kept
-        show(request, result, f"{PAGE}_previous")
-
-
 def ranked(table: pd.DataFrame, key: str) -> None:
     """The ranked devices, in plan size's columns (every column in the expander below)."""
     config = controls.column_config(table)
@@ -200,6 +191,8 @@ def show(request: SizeRequest, result: SizeResult, key: str) -> None:
     st.caption("The same from the command line:")
     st.code(command(request), language="bash")
 
+
+previous = kept_result(SHOWN, "The last sizing that ran", show, f"{PAGE}_previous")
 
 with inline_errors(SOURCE, previous):
     page()

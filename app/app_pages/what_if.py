@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 from dashboard import choices, controls, export, figures, runs
-from dashboard.errors import inline_errors
+from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.memory import default_batch_limits
@@ -189,15 +189,6 @@ def page() -> None:
     show(scenario, result, PAGE)
 
 
-def previous() -> None:
-    """After an error line: the last scenario this session ran, as it was shown."""
-    kept = st.session_state.get(SHOWN)
-    if kept is not None:
-        st.caption("The last scenario that ran, unchanged:")
-        scenario, result = kept
-        show(scenario, result, f"{PAGE}_previous")
-
-
 def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
     """The figures of one simulated scenario; ``key`` prefixes the element keys."""
     st.markdown(describe(scenario))
@@ -283,6 +274,8 @@ def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
     st.subheader("Export")
     export.scenario_export(scenario, key)
 
+
+previous = kept_result(SHOWN, "The last scenario that ran", show, f"{PAGE}_previous")
 
 with inline_errors(SOURCE, previous):
     page()

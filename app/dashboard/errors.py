@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import streamlit as st
 from pydantic import ValidationError
@@ -50,3 +51,19 @@ def inline_errors(source: str, previous: Callable[[], None] | None = None) -> It
         previous()
     except Exception:  # the kept result of older code, say: the error line stays alone
         LOG.exception("dashboard: the previous result could not be drawn again")
+
+
+def kept_result(
+    state_key: str, what: str, show: Callable[[Any, Any, str], None], key: str
+) -> Callable[[], None]:
+    """The ``previous`` of :func:`inline_errors` for a page that keeps ``(spec, result)``
+    under ``state_key``: it draws them again with ``show``, captioned as ``what``."""
+
+    def previous() -> None:
+        kept = st.session_state.get(state_key)
+        if kept is not None:
+            st.caption(f"{what}, unchanged:")
+            spec, result = kept
+            show(spec, result, key)
+
+    return previous

@@ -270,22 +270,10 @@ def modes_table(runs: "pd.DataFrame") -> Table | None:
     return t
 
 
-def pruned_groups(pruned: "list[Pruned]") -> list[tuple[str, list[str]]]:
-    """The pruned configurations by reason, most frequent first: (reason, their names)."""
-    from simulator.planner.space import knob_label
-
-    by_reason: dict[str, list[str]] = {}
-    for p in pruned:
-        try:
-            name = f"{p.device}-{knob_label(p.knobs)}"
-        except (KeyError, TypeError, ValueError):  # knobs that did not validate
-            name = p.device
-        by_reason.setdefault(p.reason, []).append(name)
-    return sorted(by_reason.items(), key=lambda kv: -len(kv[1]))
-
-
 def pruned_table_text(pruned: "list[Pruned]", shown: int = 3) -> Table | None:
     """Why configurations were not run: one row per reason, with its count and a few names."""
+    from simulator.planner.space import pruned_groups
+
     groups = pruned_groups(pruned)
     if not groups:
         return None

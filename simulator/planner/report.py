@@ -90,11 +90,11 @@ def answer(
     best: pd.DataFrame,
     runs: pd.DataFrame,
     pruned: pd.DataFrame | None = None,
-    reasons: bool = True,
+    with_reasons: bool = True,
 ) -> tuple[str, str]:
     """The headline and the answer sentence: what to buy and the runner-up (by the fleet's
     USD per hour for the demand, else tokens per USD), or that no device qualifies and why.
-    ``reasons``: end it with why the other devices are not candidates (``plan size`` lists
+    ``with_reasons``: end it with why the other devices are not candidates (``plan size`` lists
     them on their own lines instead)."""
     why = [v for v in verdicts(space, runs, best, pruned) if v.kind != "meets"]
     if best.empty:
@@ -112,7 +112,7 @@ def answer(
         headline, text = _buy(space, top, second)
     else:
         headline, text = _best_value(space, basis, top, second)
-    if why and reasons:
+    if why and with_reasons:
         text += ". Not a candidate: " + "; ".join(f"{v.device} {v.text}" for v in why)
     return headline, text + "."
 

@@ -349,7 +349,7 @@ def answer(
     }
     return SizeResult(
         table=table,
-        answer=report_answer(space, best, runs, pruned_df, reasons=False)[1],
+        answer=report_answer(space, best, runs, pruned_df, with_reasons=False)[1],
         commands=commands,
         not_served=missing,
         space=space,

@@ -511,21 +511,27 @@ def _repeat_notes(space: SearchSpace, values: dict[str, list[Any]], device: str)
     return notes
 
 
-def all_pruned_reason(pruned: list[Pruned]) -> str:
-    """``every configuration was pruned: <reason> (<configurations>); ...``: the distinct
-    reasons, most frequent first, each with the configurations it pruned (a few named)."""
-    real = [p for p in pruned if " repeats " not in p.reason] or pruned
+def pruned_groups(pruned: list[Pruned]) -> list[tuple[str, list[str]]]:
+    """The pruned configurations by reason, most frequent first: (reason, their names)."""
     by_reason: dict[str, list[str]] = {}
-    for p in real:
+    for p in pruned:
         try:
             name = f"{p.device}-{knob_label(p.knobs)}"
         except (KeyError, TypeError, ValueError):  # knobs that did not validate
             name = p.device
         by_reason.setdefault(p.reason, []).append(name)
+    return sorted(by_reason.items(), key=lambda kv: -len(kv[1]))
+
+
+def all_pruned_reason(pruned: list[Pruned]) -> str:
+    """``every configuration was pruned: <reason> (<configurations>); ...``: the distinct
+    reasons, most frequent first, each with the configurations it pruned (a few named)."""
+    real = [p for p in pruned if " repeats " not in p.reason] or pruned
+    groups = pruned_groups(real)
     parts = []
-    for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1]))[:3]:
+    for reason, names in groups[:3]:
         shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
         parts.append(f"{reason} ({shown})")
-    more = len(by_reason) - 3
+    more = len(groups) - 3
     tail = f"; and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
     return f"every configuration was pruned: {'; '.join(parts)}{tail}"
