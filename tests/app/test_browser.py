@@ -129,21 +129,45 @@ def check(page: Any, name: str, shots: Path) -> None:
     assert page.locator('[data-testid="stAppDeployButton"]').count() == 0, name
 
 
+# a widget changed while the page still reruns from the previous change can be drawn again
+# and lose the change: each helper checks that it took, and does it again if not
+TRIES = 3
+
+
 def choose(page: Any, key: str, option: str) -> None:
     """Pick ``option`` in the selectbox or multiselect keyed ``key``."""
-    page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
-    page.locator(f".st-key-{key} input").click()
-    page.get_by_role("option", name=option).first.click()
-    page.keyboard.press("Escape")
-    page.wait_for_timeout(300)
+    for _ in range(TRIES):
+        page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+        page.locator(f".st-key-{key} input").click()
+        page.get_by_role("option", name=option).first.click()
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+        page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+        box = page.locator(f".st-key-{key}")
+        if option in box.inner_text() + box.locator("input").first.input_value():
+            return
+    raise AssertionError(f"{key}: {option!r} was not chosen after {TRIES} tries")
+
+
+def _same(shown: str, value: str) -> bool:
+    """A field shows ``value`` (a number input shows ``20`` as ``20.00``)."""
+    try:
+        return float(shown.replace(",", "")) == float(value)
+    except ValueError:
+        return shown == value
 
 
 def fill(page: Any, key: str, value: str) -> None:
-    page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
-    field = page.locator(f".st-key-{key} input")
-    field.fill(value)
-    field.press("Enter")
-    page.wait_for_timeout(300)
+    for _ in range(TRIES):
+        page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+        field = page.locator(f".st-key-{key} input")
+        field.fill(value)
+        field.press("Enter")
+        page.wait_for_timeout(300)
+        page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
+        if _same(field.input_value(), value):
+            return
+    raise AssertionError(f"{key}: {value!r} was not taken after {TRIES} tries")
 
 
 def test_every_page_in_chromium(server: str, browser_page: Any, tmp_path: Path) -> None:
