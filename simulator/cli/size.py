@@ -121,7 +121,8 @@ def size(
         out_console.print(f"not served: {line}", markup=False)
     for cid, text in list(result.commands.items())[:1]:
         replicas = int(result.table.iloc[0].replicas)
-        typer.echo(f"\ndeploy {cid} ({replicas:,} deployments of this; all in deploy.sh):")
+        many = f"{replicas:,} deployment{'s' if replicas != 1 else ''}"
+        typer.echo(f"\ndeploy {cid} ({many} of this; all in deploy.sh):")
         typer.echo(text)
     seeds = result.space.seeds
     typer.echo(f"{result.simulations:,} simulations, {seeds} seeds per load", err=True)

@@ -131,7 +131,7 @@ def _buy(space: SearchSpace, top: Any, second: Any | None) -> tuple[str, str]:
         f" {usd(top.fleet_usd_per_hour_band_low)}-{usd(top.fleet_usd_per_hour_band_high)}"
         f" from {_band_text(top)}) for {demand_text(space)}: {config_label(top)} at"
         f" {int(top.concurrency)} users per deployment ({plural(int(top.replicas), 'deployment')}"
-        f" of {int(top.gpus_per_deployment)} GPUs), P90 interactivity"
+        f" of {plural(int(top.gpus_per_deployment), 'GPU')}), P90 interactivity"
         f" {top.interactivity_p90:,.1f} tok/s/user"
     )
     if second is not None:
