@@ -181,3 +181,16 @@ def test_a_set_sweep_replaces_the_defaults_knob() -> None:
     assert {c.knobs["dcp"] for c in candidates} == {8}
     assert {bool(c.knobs["disaggregation"]) for c in candidates} == {False, True}
     assert space.sweep.dcp == [8]
+
+
+def test_a_trace_path_is_replayed_as_a_closed_loop(tmp_path: Path) -> None:
+    trace = tmp_path / "traces" / "mine.jsonl"
+    trace.parent.mkdir()
+    trace.write_text("")
+    request = SizeRequest(model="llama-3.1-8b", users=10, slo_interactivity_tok_per_s=30,
+                          workload="traces/mine.jsonl")  # fmt: skip
+    workload = base_space(request, base=tmp_path)["workload"]
+    assert workload == {"kind": "trace", "path": str(trace), "concurrency": 1}
+    # relative to the folder given, not to wherever the process happens to run
+    with pytest.raises(SpecError, match="neither a built-in workload"):
+        base_space(request, base=tmp_path / "traces")
