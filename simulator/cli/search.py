@@ -74,8 +74,13 @@ def search(
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from simulator.planner.executor import run_all
-    from simulator.planner.search import SEARCH_FILES, prepare, run_search, write_search_report
+    from simulator.planner.search import (
+        SEARCH_FILES,
+        cached_batches,
+        prepare,
+        run_search,
+        write_search_report,
+    )
     from simulator.planner.space import SearchSpace, check_run_count, count_runs
 
     if workers < 1:
@@ -123,23 +128,13 @@ def search(
     ) as bar:  # fmt: skip
         what = "grid" if space.search == "grid" else "max-load search"
         task = bar.add_task(f"{len(candidates)} configurations, {what}", total=None)
-        done_before = 0
-
-        def batch(scenarios: list[Any]) -> dict[str, dict[str, Any]]:
-            nonlocal done_before
-            start = done_before
-            bar.update(task, total=start + len(scenarios))
-            got = run_all(
-                scenarios,
-                folder.target / "cache",
-                workers,
-                lambda done, total: bar.update(task, completed=start + done),
-                executor,  # type: ignore[arg-type]
-                address,
-            )
-            done_before = start + len(scenarios)
-            return got
-
+        batch = cached_batches(
+            folder.target / "cache",
+            workers,
+            lambda done, submitted: bar.update(task, completed=done, total=submitted),
+            executor,  # type: ignore[arg-type]
+            address,
+        )
         found = run_search(space, candidates, batch)
     runs = found.runs
     paths, best, pruned_df = write_search_report(stage, space, runs, pruned)

@@ -8,6 +8,7 @@ search (its probes, its answer and how many simulations it took).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from simulator.planner.executor import Executor
 
 Batch = Callable[[list[Scenario]], dict[str, dict[str, Any]]]
 
@@ -121,6 +124,37 @@ def write_search_report(
     return [*paths, stage / "space.yaml"], best, pruned_df
 
 
+def cached_batches(
+    cache: Path,
+    workers: int = 2,
+    progress: Callable[[int, int], None] | None = None,
+    executor: Executor = "local",
+    address: str | None = None,
+) -> Batch:
+    """The ``run_batch`` of :func:`run_search`: each batch through ``run_all`` (its runs
+    cached in ``cache``); ``progress(done, submitted)`` counts the simulations of every batch
+    so far."""
+    from simulator.planner.executor import run_all
+
+    done = 0
+
+    def batch(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
+        nonlocal done
+        start, submitted = done, done + len(scenarios)
+        step = None
+        if progress is not None:
+            progress(start, submitted)
+
+            def step(finished: int, _total: int) -> None:
+                progress(start + finished, submitted)
+
+        got = run_all(scenarios, cache, workers, step, executor, address)
+        done = submitted
+        return got
+
+    return batch
+
+
 def search_space(
     space: SearchSpace,
     source: str = "(search)",
@@ -131,24 +165,19 @@ def search_space(
 ) -> SearchResult:
     """A search from its space to its answer, as ``simulator.search`` runs it: prepared
     (:func:`prepare`), its runs cached under ``out/cache`` (else the user data folder's
-    ``cache``), and with ``out`` the report written there. ``progress(done, batch)``."""
+    ``cache``), and with ``out`` the report written there (swapped in whole; a failure
+    leaves the old folder as it was). ``progress(done, submitted)`` counts simulations."""
     from simulator.outputs import OutputFolder
-    from simulator.planner.executor import run_all
     from simulator.userdata import plan_home
 
     folder = OutputFolder(out, "simulator.search", SEARCH_FILES) if out is not None else None
-    stage = folder.open() if folder is not None else None
-    space, candidates, pruned = prepare(space, source, base)
-    cache = folder.target / "cache" if folder is not None else plan_home() / "cache"
-
-    def batch(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
-        return run_all(scenarios, cache, workers, progress)
-
-    found = run_search(space, candidates, batch)
-    found.space = space
-    if folder is not None and stage is not None:
-        write_search_report(stage, space, found.runs, pruned)
-        folder.commit()
+    with folder if folder is not None else contextlib.nullcontext() as stage:
+        space, candidates, pruned = prepare(space, source, base)
+        cache = folder.target / "cache" if folder is not None else plan_home() / "cache"
+        found = run_search(space, candidates, cached_batches(cache, workers, progress))
+        found.space = space
+        if stage is not None:
+            write_search_report(stage, space, found.runs, pruned)
     return found
 
 

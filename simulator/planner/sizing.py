@@ -22,6 +22,7 @@ The defaults (docs/sizing.md gives the reasons):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -265,7 +266,8 @@ def run_size(
     Results are cached per scenario in ``cache_dir`` (default ``out/cache``, else the user
     data folder's ``cache``). ``progress(done, at_most)`` counts simulations."""
     from simulator.outputs import OutputFolder
-    from simulator.planner.executor import run_all
+    from simulator.planner.search import cached_batches
+    from simulator.planner.sizing_report import write_size_report
     from simulator.userdata import plan_home
 
     data = base_space(request, base)
@@ -282,30 +284,15 @@ def run_size(
             f"at most {at_most:,} simulations exceed the cap of {max_runs:,} (name fewer"
             f" --devices, or raise it with --max-runs {at_most})",
         )
+    counted = None if progress is None else (lambda done, _submitted: progress(done, at_most))
     folder = OutputFolder(out, "plan size", SIZE_FILES) if out is not None else None
-    stage = folder.open() if folder is not None else None
-    cache = cache_dir or (folder.target / "cache" if folder is not None else plan_home() / "cache")
-    done = 0
-
-    def batch(scenarios: list[Any]) -> dict[str, dict[str, Any]]:
-        nonlocal done
-        start = done
-
-        def step(finished: int, _total: int) -> None:
-            if progress is not None:
-                progress(start + finished, at_most)
-
-        got = run_all(scenarios, cache, workers, step)
-        done = start + len(scenarios)
-        return got
-
-    result = answer(request, space, candidates, pruned, batch)
-    if folder is not None and stage is not None:
-        from simulator.planner.sizing_report import write_size_report
-
-        write_size_report(stage, result)
-        folder.commit()
-        result.report_dir = out
+    with folder if folder is not None else contextlib.nullcontext() as stage:
+        default = folder.target / "cache" if folder is not None else plan_home() / "cache"
+        cache = cache_dir or default
+        result = answer(request, space, candidates, pruned, cached_batches(cache, workers, counted))
+        if stage is not None:
+            write_size_report(stage, result)
+            result.report_dir = out
     return result
 
 

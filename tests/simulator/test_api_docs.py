@@ -54,3 +54,17 @@ def test_a_wrong_argument_type_says_what_is_expected() -> None:
 
     with pytest.raises(TypeError, match="a Scenario, a YAML path or a dict"):
         simulate(42)  # type: ignore[arg-type]
+
+
+def test_a_failed_search_leaves_no_stage_behind(tmp_path: Path) -> None:
+    import pytest
+    import yaml
+
+    from simulator import search
+    from simulator.specs import SpecError
+
+    space = yaml.safe_load((Path(__file__).parents[1] / "app" / "tiny_search.yaml").read_text())
+    unrunnable = {**space, "devices": ["d270"], "sweep": {"tp": [8], "dcp": [1]}}
+    with pytest.raises(SpecError, match="every configuration was pruned"):
+        search(unrunnable, out=tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary folder, no marker
