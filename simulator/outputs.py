@@ -370,6 +370,17 @@ def abort_open() -> None:
 # ------------------------------------------------------------------------------ output files
 
 
+def finite(data: Any) -> Any:
+    """NaN -> None, recursively (JSON has no NaN)."""
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [finite(v) for v in data]
+    if isinstance(data, float) and data != data:
+        return None
+    return data
+
+
 def check_output_file(path: str | Path, option: str = "--out") -> Path:
     """Before the work: ``path`` can be written as a file (not a folder, its parent a folder
     that exists or can be created and is writable). Creates the parent."""

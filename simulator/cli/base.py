@@ -264,17 +264,6 @@ def check_kind(data: Any, file: Path, want: str) -> None:
     raise SpecError(file, "(file)", hint)
 
 
-def finite(data: Any) -> Any:
-    """NaN -> None, recursively (JSON has no NaN)."""
-    if isinstance(data, dict):
-        return {k: finite(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [finite(v) for v in data]
-    if isinstance(data, float) and data != data:
-        return None
-    return data
-
-
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
 

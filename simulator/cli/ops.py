@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import catalog
-from simulator.cli.base import JsonOpt, app, command, console, finite, make_typer, print_json
+from simulator.cli.base import JsonOpt, app, command, console, make_typer, print_json
 from simulator.cli.memory import serving_from
-from simulator.outputs import OutputFolder, check_output_file, write_file
+from simulator.outputs import OutputFolder, check_output_file, finite, write_file
 from simulator.specs import (
     HardwareProfile,
     SpecError,

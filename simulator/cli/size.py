@@ -66,6 +66,7 @@ def size(
         TimeRemainingColumn,
     )
 
+    from simulator.planner.report_tables import plural
     from simulator.planner.sizing import SizeRequest, run_size
     from simulator.planner.sizing_report import as_json as result_json
     from simulator.planner.sizing_report import terminal_table
@@ -119,11 +120,11 @@ def size(
         out_console.print(t)
     for line in result.not_served:
         out_console.print(f"not served: {line}", markup=False)
-    for cid, text in list(result.commands.items())[:1]:
-        replicas = int(result.table.iloc[0].replicas)
-        many = f"{replicas:,} deployment{'s' if replicas != 1 else ''}"
-        typer.echo(f"\ndeploy {cid} ({many} of this; all in deploy.sh):")
-        typer.echo(text)
+    if not result.table.empty:
+        top = result.table.iloc[0]
+        many = plural(int(top.replicas), "deployment")
+        typer.echo(f"\ndeploy {top.config_id} ({many} of this; all in deploy.sh):")
+        typer.echo(result.commands[top.config_id])
     seeds = result.space.seeds
     typer.echo(f"{result.simulations:,} simulations, {seeds} seeds per load", err=True)
     if result.report_dir is not None:

@@ -10,11 +10,11 @@ from simulator.cli.base import (
     app,
     command,
     console,
-    finite,
     make_typer,
     print_json,
     print_pairs,
 )
+from simulator.outputs import finite
 from simulator.specs import SpecError
 
 # ------------------------------------------------------------------------------------ workload

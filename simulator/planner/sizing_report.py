@@ -78,18 +78,11 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
     return [*paths, stage / "size.md", stage / "size.json", stage / "deploy.sh"]
 
 
-def _finite(data: Any) -> Any:
-    """NaN -> None, recursively (JSON has no NaN)."""
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_finite(v) for v in data]
-    return None if isinstance(data, float) and data != data else data
-
-
 def as_json(result: SizeResult) -> dict[str, Any]:
     """The answer as ``plan size --json`` prints it and size.json holds it."""
-    data: dict[str, Any] = _finite(
+    from simulator.outputs import finite
+
+    data: dict[str, Any] = finite(
         {
             "answer": result.answer,
             "ranked": result.table.to_dict(orient="records"),
