@@ -68,6 +68,8 @@ def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[st
 def vllm_serve_command(scenario: Scenario) -> str:
     """The shell command (several for a disaggregated deployment, one per pool)."""
     card = catalog.model_card(scenario.model)
+    # a card's hf_id may carry a note after the repository id ("deepseek-ai/DeepSeek-V3
+    # (DeepSeek-R1 identical architecture)"): the id is its first word
     args = serve_flags(card.hf_id.split(" ")[0], scenario.serving, scenario.device)
     d = scenario.disaggregation
     if d is None:

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from simulator.planner.search import Batch
 
 TP_CHOICES = (1, 2, 4, 8)
-NODE_TP = 8
 MIN_USERS = 8
 WORKLOADS = ("agentic", "chat", "random")
 SESSIONS = 1000  # generated sessions per run (closed loop: enough for every window)
