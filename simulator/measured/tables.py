@@ -231,15 +231,29 @@ def _attention(tf: TableFile, out: Frames, decode: bool) -> None:
 
 
 def _mla_module(tf: TableFile, out: Frames, decode: bool) -> None:
+    from simulator.measured.harness import REFERENCE_MODEL, serving_ratio
+
     nums = ("num_heads", "batch_size", "isl", "step", "latency")
     df = read_table(tf, ("kv_cache_dtype", "gemm_type"), nums)
-    # the bf16-projection rows: the attention core is what is left after subtracting the
-    # projections priced from the (CUDA-graph) bf16 GEMM table
-    df = df[(df["gemm_type"] == "bfloat16") & df["kv_cache_dtype"].isin(list(KV_DTYPES))]
+    # the bf16-projection rows of DeepSeek-V3's module: the attention core is what is left
+    # after subtracting its projections priced from the (CUDA-graph) bf16 GEMM table
+    keep = (df["gemm_type"] == "bfloat16") & df["kv_cache_dtype"].isin(list(KV_DTYPES))
+    if "model" in df.columns:
+        others = df["model"] != REFERENCE_MODEL
+        if others.any():
+            out.dropped.append(
+                f"{tf.relative}: rows of other models than {REFERENCE_MODEL} (the core is"
+                " derived with its projections)"
+            )
+        keep &= ~others
+    df = df[keep]
+    ratio, note = serving_ratio(tf, df, decode)
+    if note:
+        out.dropped.append(note)
     frame = df.assign(
         kv_dtype=df["kv_cache_dtype"].map(KV_DTYPES),
         batch=df["batch_size"],
-        seconds=df["latency"].astype(float) * MS,
+        seconds=df["latency"].astype(float) * MS * ratio,
     )
     if decode:  # `step` = keys attended, the current token included
         out.add("mla_decode_module", frame.assign(ctx_len=frame["step"]), tf)
