@@ -14,9 +14,11 @@ aggregated row, and the rows match SemiAnalysis InferenceX records):
   ``10 x concurrency`` requests (``--num-prompts CONC*10``, ``--max-concurrency CONC``);
 - prompt and output lengths uniform integers in [0.8 x len, len] (random dataset,
   ``--random-range-ratio 0.8``), ``--ignore-eos``, no prefix reuse, prefix caching off;
-- simulated TTFT = median over requests of first token - arrival; TPOT = median of
-  (E2E - TTFT) / (output tokens - 1). Whether the CSV's TTFT/TPOT are medians or means is
-  not stated; both simulated statistics go to the per-point CSV, the errors use the medians.
+- simulated TTFT = mean over requests of first token - arrival; TPOT = mean of
+  (E2E - TTFT) / (output tokens - 1): the statistic of the rows. The CSV does not say it,
+  but the package's end-to-end accuracy tooling (ai-dynamo/aisimulate,
+  ``scripts/e2e_accuracy/``) fills ``silicon_ttft_ms`` / ``silicon_tpot_ms`` from the
+  InferenceX records' ``mean_ttft`` / ``mean_tpot``. The medians go to the CSV too.
 
 Errors: APE = |sim - measured| / measured x 100; bias = (sim - measured) / measured x 100, so
 for these latencies a positive bias means the simulator is pessimistic (slower than measured).
@@ -481,10 +483,10 @@ class SiliconResult:
     num_requests: int
     status: str  # "ok", or why it was not simulated
     finished: int = 0
-    sim_ttft_ms: float | None = None  # median over requests
-    sim_tpot_ms: float | None = None  # median over requests
-    sim_ttft_ms_mean: float | None = None
-    sim_tpot_ms_mean: float | None = None
+    sim_ttft_ms: float | None = None  # mean over requests (the rows' statistic)
+    sim_tpot_ms: float | None = None  # mean over requests
+    sim_ttft_ms_median: float | None = None
+    sim_tpot_ms_median: float | None = None
     wall_s: float = 0.0
 
     @property
@@ -512,8 +514,8 @@ class SiliconResult:
             "err_ttft_pct": self.err_ttft_pct,
             "sim_tpot_ms": self.sim_tpot_ms,
             "err_tpot_pct": self.err_tpot_pct,
-            "sim_ttft_ms_mean": self.sim_ttft_ms_mean,
-            "sim_tpot_ms_mean": self.sim_tpot_ms_mean,
+            "sim_ttft_ms_median": self.sim_ttft_ms_median,
+            "sim_tpot_ms_median": self.sim_tpot_ms_median,
             "wall_s": self.wall_s,
         }
 
@@ -542,10 +544,10 @@ def simulate_point(
         n,
         "ok",
         finished=len(done),
-        sim_ttft_ms=statistics.median(ttft) * 1e3,
-        sim_tpot_ms=median_tpot_s(e2e, ttft, out) * 1e3,
-        sim_ttft_ms_mean=statistics.fmean(ttft) * 1e3,
-        sim_tpot_ms_mean=statistics.fmean(tpots) * 1e3,
+        sim_ttft_ms=statistics.fmean(ttft) * 1e3,
+        sim_tpot_ms=statistics.fmean(tpots) * 1e3,
+        sim_ttft_ms_median=statistics.median(ttft) * 1e3,
+        sim_tpot_ms_median=median_tpot_s(e2e, ttft, out) * 1e3,
         wall_s=result.wall_s,
     )
 

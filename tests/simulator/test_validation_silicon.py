@@ -271,7 +271,7 @@ def test_errors_and_document(tmp_path: Path) -> None:
     assert "- 2 rows: backend 'sglang': not vLLM" in doc
     assert "- 1 point: not simulated: weights do not fit" in doc
     assert "| llama-3.3-70b | h100 | 2 | 50.0 | 15.0 | +0.0 | +5.0 |" in doc
-    assert "medians or means is **not stated**" in doc
+    assert "are **means** over the requests" in doc
     json.dumps(report.to_json())
 
 
