@@ -138,8 +138,12 @@ def choose(page: Any, key: str, option: str) -> None:
     """Pick ``option`` in the selectbox or multiselect keyed ``key``."""
     for _ in range(TRIES):
         page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
-        page.locator(f".st-key-{key} input").click()
-        page.get_by_role("option", name=option).first.click()
+        box_input = page.locator(f".st-key-{key} input")
+        box_input.click()
+        # the dropdown draws only the options in view: type to filter, so a long list (every
+        # card, every device) still shows the wanted one
+        box_input.fill(option)
+        page.get_by_role("option", name=option, exact=True).first.click()
         page.keyboard.press("Escape")
         page.wait_for_timeout(300)
         page.wait_for_selector(IDLE, timeout=RUN_TIMEOUT_MS)
