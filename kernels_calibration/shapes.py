@@ -231,7 +231,11 @@ def _moe(plan: Plan, card: ModelCard, tp: int, grid: Grid, tag: str) -> None:
     if _per_rank(inter, tp) is None:
         plan.skip(f"moe ({tag}): intermediate {inter} not divisible by TP {tp}")
         return
-    fmt = MOE_FORMAT[card.weight_precision.get("routed_experts", "bf16")]
+    precision = card.weight_precision.get("routed_experts", "bf16")
+    fmt = MOE_FORMAT.get(precision)
+    if fmt is None:  # int2 / int3 group formats: no MoE kernel here (the fit's roofline answers)
+        plan.skip(f"moe {precision} ({tag} routed experts): no kernel")
+        return
     hidden = moe.routed_hidden_size or card.hidden_size
     for t in grid.moe_tokens:
         shape = (
@@ -290,6 +294,9 @@ def _attention(plan: Plan, card: ModelCard, tp: int, grid: Grid, tag: str) -> No
 def _linear(plan: Plan, card: ModelCard, tp: int, grid: Grid, tag: str) -> None:
     la = card.linear_attention
     if la is None:
+        return
+    if la.kind == "mamba2":
+        plan.skip(f"mamba2 ({tag}): no Mamba2 scan kernel in this job (the prior answers)")
         return
     heads = _per_rank(la.num_v_heads, tp)
     if heads is None:

@@ -11,9 +11,35 @@ from simulator.specs import CostModel, CostModelCatalog, HardwareProfile, ModelC
 MODEL_CARDS_DIR = Path(__file__).resolve().parent / "model_cards"
 COST_MODELS_FILE = PROFILES_DIR / "cost_models.yaml"
 
+# Names users type for a model that ships as another card: the same config.json but for
+# metadata, so the same weights, KV cache and op shapes (checked against the configs in
+# ../shared/data/model_configs/hf). A card file of the alias's own name wins over the alias.
+CARD_ALIASES: dict[str, str] = {
+    # deepseek-ai--DeepSeek-R1_config.json = DeepSeek-V3's but for transformers_version
+    "deepseek-r1": "deepseek-v3",
+    # the llama-3.3-70b card is imported from meta-llama--Meta-Llama-3.1-70B_config.json
+    "llama-3.1-70b": "llama-3.3-70b",
+    # the kimi-k2 card is imported from moonshotai--Kimi-K2-Instruct_config.json
+    "kimi-k2-instruct": "kimi-k2",
+}
+
 
 def model_names() -> list[str]:
     return sorted(p.stem for p in MODEL_CARDS_DIR.glob("*.yaml"))
+
+
+def model_aliases(name: str) -> list[str]:
+    """The aliases that resolve to the built-in card ``name``."""
+    return sorted(a for a, card in CARD_ALIASES.items() if card == name)
+
+
+def resolve_model(ref: str) -> str:
+    """The built-in card name ``ref`` stands for: itself, or the card of an alias (either
+    case-insensitive: ``DeepSeek-R1`` is ``deepseek-v3``); an unknown name comes back as is."""
+    key = ref.lower()
+    if (MODEL_CARDS_DIR / f"{key}.yaml").is_file():
+        return key
+    return CARD_ALIASES.get(key, ref)
 
 
 def device_names() -> list[str]:
@@ -30,14 +56,17 @@ def _is_path(ref: str) -> bool:
 
 @cache
 def model_card(ref: str) -> ModelCard:
-    """A built-in card by name (``kimi-k3``) or a card YAML by path."""
+    """A built-in card by name (``kimi-k3``) or alias (``deepseek-r1``, ``CARD_ALIASES``), or
+    a card YAML by path."""
     if _is_path(ref):
         return load(ModelCard, ref)
-    path = MODEL_CARDS_DIR / f"{ref}.yaml"
+    path = MODEL_CARDS_DIR / f"{resolve_model(ref)}.yaml"
     if not path.exists():
+        aliases = ", ".join(f"{a} = {card}" for a, card in sorted(CARD_ALIASES.items()))
         raise SpecError(
-            "(arguments)", "model", f"unknown model {ref!r}; known: {', '.join(model_names())}"
-        )
+            "(arguments)", "model",
+            f"unknown model {ref!r}; known: {', '.join(model_names())} (aliases: {aliases})",
+        )  # fmt: skip
     return load(ModelCard, path)
 
 

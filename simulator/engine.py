@@ -256,7 +256,7 @@ class Replica:
         window, span = m.window, m.sparse_span
         dec_n = dec_tok = pre_n = pre_tok = 0
         dec_kv = dec_kv_w = dec_kv_s = 0.0
-        pre_kv = pre_kv_w = pairs = pairs_w = 0.0
+        pre_kv = pre_kv_w = pairs = pairs_w = pairs_s = 0.0
         for _, new, ctx, decode in plan.entries:
             kv = ctx + new
             if decode:
@@ -273,6 +273,7 @@ class Replica:
                 p = new * ctx + new * (new + 1) / 2
                 pairs += p
                 pairs_w += min(p, new * window)
+                pairs_s += min(p, new * span)
         return StepShape(
             num_decodes=dec_n,
             decode_tokens=dec_tok,
@@ -285,6 +286,7 @@ class Replica:
             prefill_kv_window=pre_kv_w,
             prefill_pairs=pairs,
             prefill_pairs_window=pairs_w,
+            prefill_pairs_sparse=pairs_s,
         )
 
     def _fast_forward_steps(self, plan: StepPlan) -> int:

@@ -17,16 +17,18 @@ from typing import Literal
 
 from pydantic import Field
 
+from simulator import sparse_attention
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
-from simulator.specs.model import FULL_ATTENTION_KINDS, LINEAR_KINDS, ModelCard
+from simulator.specs.model import FULL_ATTENTION_KINDS, LINEAR_KINDS, SPARSE_KINDS, ModelCard
 from simulator.specs.precision import (
     STATE_BYTES,
     kv_element_bytes,
     mla_kv_bytes_per_token,
 )
 from simulator.specs.serving import ServingConfig
+from simulator.vision import images_profiled, vision_activation_reserve_bytes
 from simulator.weights import weights_per_gpu
 
 GIB = float(1 << 30)
@@ -64,6 +66,8 @@ def attention_bytes_per_token_per_layer(
     card: ModelCard, serving: ServingConfig, kind: str
 ) -> float:
     """KV bytes one attention layer stores per token on one GPU (before DCP)."""
+    if kind in SPARSE_KINDS:  # sparse MLA (+ indexer keys), DeepSeek-V4 compressed entries
+        return sparse_attention.kv_bytes_per_token_per_layer(card, serving, kind)
     if kind == "mla":
         m = card.mla
         assert m is not None
@@ -116,6 +120,8 @@ class KvLayout:
 
 
 def kv_layout(card: ModelCard, serving: ServingConfig) -> KvLayout:
+    if card.compressed_attention is not None:  # DeepSeek-V4: an equivalent layout
+        return sparse_attention.compressed_kv_layout(card, serving)
     kinds = card.layer_kinds
     full_tok = max(
         (
@@ -190,22 +196,25 @@ def activation_reserve_bytes(
     Assumption, not a measurement: a few hidden-sized bf16 buffers per token (residual, normed
     input, attention output, MLP output), the widest per-rank MLP intermediate, the fused-MoE
     workspaces (intermediate caches of ``top_k`` rows per token, chunked at 16k tokens), and
-    fp32 logits for max_num_seqs sampled sequences.
+    fp32 logits for max_num_seqs sampled sequences; plus, for a card with a vision tower, the
+    images vLLM's profiling run encodes (``simulator/vision.py``).
     """
     tokens, seqs = batch_limits(device, serving)
     d = card.hidden_size
     per_token = 4 * d * 2.0
     if card.dense_intermediate_size:
-        per_token = max(per_token, per_token + 3 * card.dense_intermediate_size / serving.tp * 2)
+        mlp = card.mlp_matrices * card.dense_intermediate_size  # widths of the MLP GEMMs
+        per_token = max(per_token, per_token + mlp / serving.tp * 2)
     moe_ws = 0.0
     if card.moe is not None:
         moe = card.moe
         i_rank = moe.expert_intermediate_size / (1 if serving.ep > 1 else serving.tp)
         d_routed = moe.routed_hidden_size or d
         moe_rows = min(tokens, FUSED_MOE_CHUNK_TOKENS) * moe.top_k
-        moe_ws = moe_rows * (3 * i_rank + d_routed) * 2.0
+        moe_ws = moe_rows * (card.mlp_matrices * i_rank + d_routed) * 2.0  # relu2: 2 I + D
     logits = seqs * card.vocab_size * 4.0
-    return tokens * per_token + moe_ws + logits
+    vision = vision_activation_reserve_bytes(card, serving, tokens, seqs)
+    return tokens * per_token + moe_ws + logits + vision
 
 
 # --------------------------------------------------------------------------- report
@@ -237,8 +246,11 @@ class MemoryReport(Frozen):
     budget_bytes_per_gpu: float = Field(description="gpu_memory_utilization x usable memory")
     weight_bytes_per_gpu: float
     weight_groups: list[WeightGroupRow]
-    activation_reserve_bytes_per_gpu: float
+    activation_reserve_bytes_per_gpu: float  # vision_activation_reserve included
     runtime_reserve_bytes_per_gpu: float
+    vision_weight_bytes_per_gpu: float = 0.0  # part of weight_bytes_per_gpu (the vision tower)
+    vision_activation_reserve_bytes_per_gpu: float = 0.0  # part of the activation reserve
+    vision_images_profiled: int = 0  # images vLLM's profiling run encodes on one GPU
     kv_cache_bytes_per_gpu: float  # left for KV + state
     kv_bytes_per_token_per_gpu: float  # full-attention layers
     kv_bytes_per_seq_per_gpu: float  # full-attention KV of one sequence at context_tokens
@@ -260,6 +272,8 @@ class MemoryReport(Frozen):
     fits: bool
     fits_reason: str
     fits_on: str
+    # the fewest GPUs of this device that hold the model alone under TP (None: more than 512)
+    fewest_gpus_model_alone: int | None = None
 
 
 def _placement(row_bytes: float, replicated: float, group: str, serving: ServingConfig) -> str:
@@ -305,6 +319,7 @@ def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(ar
             f"{serving.max_model_len:,} exceeds the {card.max_context_tokens:,}-token context"
             f" of {card.name} (its max_context_tokens)",
         )
+    sparse_attention.check_deployment(card, serving, fail)
     if serving.kv_cache_dtype in ("fp8_ds_mla", "nvfp4_ds_mla") and card.mla is None:
         fail("kv_cache_dtype", f"{serving.kv_cache_dtype} needs MLA layers; {card.name} has none")
     groups = card.required_groups()
@@ -442,6 +457,8 @@ def plan_memory(
             * attention_bytes_per_token_per_layer(card, serving, "swa")
             * min(context_tokens, layout.sliding_window_tokens)
         )
+    # DeepSeek-V4: every layer's 128-token window and the compressors' running states
+    swa_per_seq += sparse_attention.window_bytes_per_seq(card, context_tokens)
     linear_layers = sum(1 for k in kinds if k in LINEAR_KINDS)
     state_per_seq = linear_layers * state_bytes_per_layer(card, serving) if linear_layers else 0.0
     state_pages = (2 if serving.enable_prefix_caching else 1) + serving.num_speculative_tokens
@@ -477,6 +494,9 @@ def plan_memory(
         fits = False
         reason = f"KV cache holds {max_seqs} sequences of {context_tokens} tokens, not {num_seqs}"
 
+    from simulator.fits import fit_answers
+
+    answer, fewest = fit_answers(card, serving, device, devices or [device])
     return MemoryReport(
         model=card.name,
         device=device.name,
@@ -504,6 +524,11 @@ def plan_memory(
         ],
         activation_reserve_bytes_per_gpu=activations,
         runtime_reserve_bytes_per_gpu=serving.runtime_reserve_bytes,
+        vision_weight_bytes_per_gpu=sum(g.bytes_per_gpu for g in groups if g.group == "vision"),
+        vision_activation_reserve_bytes_per_gpu=vision_activation_reserve_bytes(
+            card, serving, *batch_limits(device, serving)
+        ),
+        vision_images_profiled=images_profiled(card, serving, *batch_limits(device, serving)),
         kv_cache_bytes_per_gpu=kv_bytes,
         kv_bytes_per_token_per_gpu=full_per_token,
         kv_bytes_per_seq_per_gpu=full_per_token * context_tokens,
@@ -524,7 +549,8 @@ def plan_memory(
         max_context_for_num_seqs=max_context_for(layout, serving, num_blocks, num_seqs, card),
         fits=fits,
         fits_reason=reason,
-        fits_on=fits_on(card, serving, devices or [device]),
+        fits_on=answer,
+        fewest_gpus_model_alone=fewest,
     )
 
 
@@ -547,33 +573,17 @@ def max_context_for(
     return lo
 
 
-def _weights_fit(card: ModelCard, serving: ServingConfig, device: HardwareProfile) -> bool:
-    weight_total = sum(g.bytes_per_gpu for g in weights_per_gpu(card, serving))
-    budget = serving.gpu_memory_utilization * device.usable_memory_bytes
-    reserve = activation_reserve_bytes(card, serving, device) + serving.runtime_reserve_bytes
-    return weight_total + reserve < budget
-
-
 def fits_on(card: ModelCard, serving: ServingConfig, devices: list[HardwareProfile]) -> str:
-    """The smallest listed device that holds the model alone (weights + reserves) on one GPU,
-    else how many GPUs of the largest listed device it takes under TP (and EP if enabled)."""
-    ordered = sorted(devices, key=lambda d: (d.usable_memory_bytes, d.name))
-    single = serving.model_copy(update={"tp": 1, "dp": 1, "ep": 1, "dcp": 1})
-    for device in ordered:
-        if _weights_fit(card, single, device):
-            return f"1x {device.name}"
-    largest = ordered[-1]
-    tp = 2
-    while tp <= 512:
-        trial = serving.model_copy(
-            update={"tp": tp, "dp": 1, "ep": tp if serving.ep > 1 else 1, "dcp": 1}
-        )
-        try:
-            check_deployment(card, trial)
-        except SpecError:
-            tp *= 2
-            continue
-        if _weights_fit(card, trial, largest):
-            return f"{tp}x {largest.name}"
-        tp *= 2
-    return f"more than 512x {largest.name}"
+    """The smallest of ``devices`` that holds the model alone on one GPU (weights + reserves
+    leave KV cache memory), else how many GPUs of the largest it takes under TP (and EP if
+    enabled). The rules: ``simulator/fits.py``."""
+    from simulator.fits import fits_on as answer
+
+    return answer(card, serving, devices)
+
+
+def fewest_gpus(card: ModelCard, serving: ServingConfig, device: HardwareProfile) -> int | None:
+    """The fewest GPUs of ``device`` that hold the model alone under TP (``simulator/fits.py``)."""
+    from simulator.fits import fewest_gpus as answer
+
+    return answer(card, serving, device)

@@ -12,6 +12,15 @@ Families read (``model_type``):
   minimax_m2                 GQA with q/k RMSNorm and partial RoPE, MoE in every layer, no
                              shared expert
   minimax_m3                 GQA + block-sparse GQA (indexer), MoE with a shared expert
+  nemotron_h                 Mamba2 / attention / (latent) MoE / MLP blocks, non-gated relu2
+                             MLPs (simulator/importers/nemotron_h.py)
+  glm_moe_dsa, deepseek_v32  MLA + DSA indexer (sparse_mla) in every layer, DeepSeek-V3 MoE
+                             (simulator/importers/dsa.py)
+  deepseek_v4                compressed sparse / heavily compressed / sliding-window MQA per
+                             compress_ratios, MoE everywhere (simulator/importers/deepseek_v4.py)
+
+ModelOpt checkpoints (``quant_method: modelopt``, or a ``hf_quant_config.json`` beside the
+config) are read by ``simulator/importers/modelopt_quant.py``.
 
 Layer numbers on the card are 1-based; configs that give per-layer lists (``layer_types``,
 ``moe_layer_freq`` lists, ``sparse_attention_freq``) or 0-based indices (``mlp_only_layers``)
@@ -29,6 +38,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from simulator.importers import deepseek_v4, dsa, modelopt_quant, nemotron_h
 from simulator.specs.loading import SpecError, parse, read_text
 from simulator.specs.model import MODULE_GROUPS, LayerKind, ModelCard, ModuleGroup
 from simulator.specs.precision import StateDtype, WeightPrecision
@@ -50,6 +60,10 @@ _FAMILY_OF: dict[str, str] = {
     "gpt_oss": "gpt_oss",
     "minimax_m2": "minimax_m2",
     "minimax_m3": "minimax_m3",
+    "nemotron_h": "nemotron_h",
+    "glm_moe_dsa": "glm_dsa",
+    "deepseek_v32": "deepseek_v32",
+    "deepseek_v4": "deepseek_v4",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILY_OF)
 
@@ -129,6 +143,10 @@ _MODULE_NAMES: dict[str, dict[ModuleGroup, str | None]] = {
         "routed_experts": "model.layers.3.block_sparse_moe.experts.0.w1",
         "mtp": "model.mtp_layers.0.self_attn.q_proj",
     },
+    "nemotron_h": nemotron_h.MODULE_NAMES,
+    "glm_dsa": dsa.GLM_MODULE_NAMES,
+    "deepseek_v32": dsa.DEEPSEEK_V32_MODULE_NAMES,
+    "deepseek_v4": deepseek_v4.MODULE_NAMES,
 }
 
 _DTYPES: dict[str, WeightPrecision] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -218,7 +236,7 @@ def load_hf_config(path: str | Path) -> dict[str, Any]:
         raise SpecError(p, "(file)", f"invalid JSON: {exc.msg} (line {exc.lineno})") from None
     if not isinstance(data, dict):
         raise SpecError(p, "(file)", f"expected a JSON object, got {type(data).__name__}")
-    return data
+    return modelopt_quant.attach_sidecar(p, data)  # a ModelOpt hf_quant_config.json beside it
 
 
 def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCard:
@@ -256,6 +274,8 @@ def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCar
         "max_context_tokens": text.integer("max_position_embeddings"),
     }
     data |= _READERS[family](text, notes)
+    # a family's own precision reading (deepseek_v4 experts), applied after the generic one
+    overrides: dict[ModuleGroup, WeightPrecision] = data.pop("weight_precision", {})
     data["layers"]["mixers"] = {k: v for k, v in data["layers"]["mixers"].items() if v}
     # Which module groups exist follows from the architecture: validate once with a
     # placeholder precision table, then fill in the real one for exactly those groups.
@@ -267,9 +287,16 @@ def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCar
         groups.append("mtp")
     quant_cfg = text.get("quantization_config", top.get("quantization_config"))
     quant_owner = text if text.has("quantization_config") else top
-    data["weight_precision"] = _precisions(
-        family, groups, quant_owner, quant_cfg, _base_dtype(text, top), notes
-    )
+    if isinstance(quant_cfg, dict) and quant_cfg.get("quant_method") == "modelopt":
+        data["weight_precision"] = modelopt_quant.read_modelopt(
+            draft, groups, quant_owner.sub("quantization_config"), _MODULE_NAMES[family],
+            _base_dtype(text, top), notes,
+        )  # fmt: skip
+    else:
+        data["weight_precision"] = _precisions(
+            family, groups, quant_owner, quant_cfg, _base_dtype(text, top), notes
+        )
+    data["weight_precision"] |= {g: p for g, p in overrides.items() if g in groups}
     data["notes"] = notes
     return parse(ModelCard, data, source)
 
@@ -662,6 +689,10 @@ _READERS: dict[str, Callable[[_Config, list[str]], dict[str, Any]]] = {
     "gpt_oss": _read_gpt_oss,
     "minimax_m2": _read_minimax_m2,
     "minimax_m3": _read_minimax_m3,
+    "nemotron_h": nemotron_h.read_nemotron_h,
+    "glm_dsa": dsa.read_dsa,
+    "deepseek_v32": dsa.read_dsa,
+    "deepseek_v4": deepseek_v4.read_deepseek_v4,
 }
 
 

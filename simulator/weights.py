@@ -10,10 +10,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
-from simulator.specs.model import LINEAR_KINDS, ModelCard, ModuleGroup
+from simulator.sparse_attention import attention_params
+from simulator.specs.model import (
+    ATTENTION_KINDS,
+    LINEAR_KINDS,
+    SPARSE_KINDS,
+    ModelCard,
+    ModuleGroup,
+)
 from simulator.specs.precision import WeightPrecision, weight_bytes
 from simulator.specs.serving import ServingConfig
+from simulator.vision import vision_params_per_gpu
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,7 @@ class ParamSplit:
 
 @dataclass(frozen=True)
 class GroupWeights:
-    group: ModuleGroup
+    group: ModuleGroup | Literal["vision"]  # vision: the card's tower (simulator/vision.py)
     precision: WeightPrecision
     params_per_gpu: float
     bytes_per_gpu: float
@@ -45,6 +54,9 @@ class GroupWeights:
 
 def _attention_layer(card: ModelCard, kind: str, tp: int) -> ParamSplit:
     d = card.hidden_size
+    if kind in SPARSE_KINDS:  # the DSA indexer on top of MLA; DeepSeek-V4 attention
+        base = _attention_layer(card, "mla", tp) if kind == "sparse_mla" else ParamSplit()
+        return base + ParamSplit(*attention_params(card, kind, tp))
     if kind == "mla":
         m = card.mla
         assert m is not None
@@ -86,6 +98,8 @@ def _linear_layer(card: ModelCard, tp: int) -> ParamSplit:
         else:
             replicated += d * la.head_k_dim + d * la.head_v_dim  # f_a, g_a (low rank)
             sharded += la.head_k_dim * hv_dk + la.head_v_dim * hv_dv  # f_b, g_b
+    elif la.kind == "mamba2":  # in_proj also makes z (the gate, d_inner wide) and dt (heads)
+        sharded += d * hv_dv + d * la.num_v_heads
     else:  # gdn: z (output gate) and the b, a projections
         sharded += d * hv_dv + d * 2 * la.num_v_heads
     return ParamSplit(sharded / tp, replicated)
@@ -96,14 +110,15 @@ def _moe_layer(card: ModelCard, tp: int, ep: int) -> dict[ModuleGroup, ParamSpli
     assert moe is not None
     d = card.hidden_size
     d_routed = moe.routed_hidden_size or d
-    routed = moe.num_experts * 3 * d_routed * moe.expert_intermediate_size
+    mats = card.mlp_matrices  # gate, up, down (SwiGLU) or up, down (relu2)
+    routed = moe.num_experts * mats * d_routed * moe.expert_intermediate_size
     out: dict[ModuleGroup, ParamSplit] = {
         "router": ParamSplit(0.0, d * moe.num_experts),
         "routed_experts": ParamSplit(routed / (ep if ep > 1 else tp), 0.0),
     }
     if moe.num_shared_experts:
         shared_i = moe.shared_intermediate_size or moe.expert_intermediate_size
-        out["shared_experts"] = ParamSplit(moe.num_shared_experts * 3 * d * shared_i / tp, 0.0)
+        out["shared_experts"] = ParamSplit(moe.num_shared_experts * mats * d * shared_i / tp, 0.0)
     if moe.routed_hidden_size is not None:
         # hidden -> latent before the routed experts and latent -> hidden after. Assumption:
         # replicated on every rank (the routed experts need the whole latent vector).
@@ -113,7 +128,8 @@ def _moe_layer(card: ModelCard, tp: int, ep: int) -> dict[ModuleGroup, ParamSpli
 
 def _dense_mlp_layer(card: ModelCard, tp: int) -> ParamSplit:
     assert card.dense_intermediate_size is not None
-    return ParamSplit(3 * card.hidden_size * card.dense_intermediate_size / tp, 0.0)
+    mats = card.mlp_matrices
+    return ParamSplit(mats * card.hidden_size * card.dense_intermediate_size / tp, 0.0)
 
 
 def params_per_gpu(
@@ -126,17 +142,18 @@ def params_per_gpu(
     if not card.tie_word_embeddings:
         groups["lm_head"] = ParamSplit(vocab, 0.0)
     attention_cache: dict[str, ParamSplit] = {}
-    for kind, is_moe in zip(card.layer_kinds, card.moe_layer_mask, strict=True):
+    layers = zip(card.layer_kinds, card.moe_layer_mask, card.mlp_free_mask, strict=True)
+    for kind, is_moe, no_mlp in layers:
         if kind in LINEAR_KINDS:
             groups["linear_attention"] += _linear_layer(card, tp)
-        else:
+        elif kind != "none":  # none: an MLP-only block
             if kind not in attention_cache:
                 attention_cache[kind] = _attention_layer(card, kind, tp)
             groups["attention"] += attention_cache[kind]
         if is_moe:
             for name, split in _moe_layer(card, tp, ep).items():
                 groups[name] += split
-        else:
+        elif not no_mlp:
             groups["dense_mlp"] += _dense_mlp_layer(card, tp)
     if mtp and card.mtp_layers:
         groups["mtp"] = _mtp_params(card, tp, ep).scaled(card.mtp_layers)
@@ -145,7 +162,7 @@ def params_per_gpu(
 
 def _mtp_params(card: ModelCard, tp: int, ep: int) -> ParamSplit:
     """One MTP module: a full-attention decoder layer with the last layer's MLP + eh_proj."""
-    full_kind = next(k for k in reversed(card.layer_kinds) if k not in LINEAR_KINDS)
+    full_kind = next(k for k in reversed(card.layer_kinds) if k in ATTENTION_KINDS)
     layer = _attention_layer(card, full_kind, tp)
     if card.moe_layer_mask[-1]:
         for split in _moe_layer(card, tp, ep).values():
@@ -177,6 +194,18 @@ def weights_per_gpu(card: ModelCard, serving: ServingConfig) -> list[GroupWeight
                 params_per_gpu=split.total,
                 bytes_per_gpu=weight_bytes(split.total, precision),
                 replicated_bytes_per_gpu=weight_bytes(split.replicated, precision),
+            )
+        )
+    if card.vision is not None:  # loaded for every deployment, text-only traffic included
+        params, replicated = vision_params_per_gpu(card, serving)
+        precision = card.vision.precision
+        out.append(
+            GroupWeights(
+                group="vision",
+                precision=precision,
+                params_per_gpu=params,
+                bytes_per_gpu=weight_bytes(params, precision),
+                replicated_bytes_per_gpu=weight_bytes(replicated, precision),
             )
         )
     return out

@@ -1,5 +1,6 @@
 """`plan memory` and `plan demo`."""
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,12 +10,14 @@ from rich.table import Table
 
 from simulator import catalog
 from simulator.cli.base import GIB, JsonOpt, app, command, console, gib, print_json, print_pairs
+from simulator.cli.fit_table import plan_each, print_fit_table
 from simulator.cli.tables import natural_width
 from simulator.specs import (
     Scenario,
     ServingConfig,
     SpecError,
 )
+from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import parse, read_yaml
 
 # ------------------------------------------------------------------------------------ memory
@@ -36,12 +39,16 @@ def serving_from(serving_file: Path | None, **flags: Any) -> tuple[ServingConfig
 @command(app, "memory", short_help="Memory per GPU and the sequences that fit.")
 def memory(
     model: Annotated[
-        str, typer.Option(metavar="NAME|FILE", help="Model card name or path to a card YAML.")
-    ],
+        str | None,
+        typer.Option(metavar="NAME|FILE", help="Model card name or path to a card YAML."),
+    ] = None,
     device: Annotated[
-        list[str],
-        typer.Option(metavar="NAME|FILE", help="Device profile name or path; repeat to compare."),
-    ],
+        list[str] | None,
+        typer.Option(
+            metavar="NAME|FILE",
+            help="Device profile name or path; repeat to compare (default: every device).",
+        ),
+    ] = None,
     context: Annotated[int, typer.Option(help="Context length per sequence (tokens).")] = 8192,
     num_seqs: Annotated[int, typer.Option(help="Sequences that must fit at --context.")] = 1,
     tp: Annotated[int | None, typer.Option(help="Tensor parallel size (GPUs per replica).")] = None,
@@ -68,17 +75,65 @@ def memory(
     serving: Annotated[
         Path | None, typer.Option(metavar="FILE", help="ServingConfig YAML; flags override it.")
     ] = None,
+    params: Annotated[
+        float | None,
+        typer.Option(help="Total parameters (a quick card instead of --model)."),
+    ] = None,
+    active_params: Annotated[
+        float | None, typer.Option(help="Active parameters per token.")
+    ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(metavar="FORMAT", help="Weight format: bf16, fp8, int4_g128, int2_g64, ..."),
+    ] = None,
+    vision_params: Annotated[
+        float | None, typer.Option(help="Vision encoder + projector parameters.")
+    ] = None,
+    vision_precision: Annotated[
+        str | None, typer.Option(metavar="FORMAT", help="Vision weight format (default bf16).")
+    ] = None,
+    vision_activation_bytes_per_image: Annotated[
+        float | None, typer.Option(help="Activation bytes of encoding one image.")
+    ] = None,
+    layers: Annotated[int | None, typer.Option(help="Decoder layers (for the KV cache).")] = None,
+    hidden: Annotated[int | None, typer.Option(help="Hidden size (KV rule of thumb).")] = None,
+    kv_heads: Annotated[int | None, typer.Option(help="KV heads per layer.")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="Head dimension.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Weights, KV cache and state per GPU; sequences that fit; the smallest device that fits."""
-    from simulator.memory import plan_memory
+    """Weights, KV cache and state per GPU; sequences that fit; the smallest device that fits.
 
+    Give --model (a card), or --params and --precision for a quick card: an estimate from a
+    release's headline numbers, with every assumption printed."""
     for value, flag in ((context, "context"), (num_seqs, "num_seqs")):
         if value < 1:
             raise SpecError("(arguments)", flag, f"must be at least 1, got {value}")
-    card = catalog.model_card(model)
-    devices = [catalog.hardware_profile(d) for d in device]
-    all_devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
+    quick = {
+        "--active-params": active_params, "--precision": precision,
+        "--vision-params": vision_params, "--vision-precision": vision_precision,
+        "--vision-activation-bytes-per-image": vision_activation_bytes_per_image,
+        "--layers": layers, "--hidden": hidden, "--kv-heads": kv_heads, "--head-dim": head_dim,
+    }  # fmt: skip
+    if model is not None and params is not None:
+        raise SpecError(
+            "(arguments)", "--params", "give --model (a card) or --params (a quick card), not both"
+        )
+    if model is None and params is None:
+        raise SpecError(
+            "(arguments)", "--model", "give --model NAME|FILE, or --params for a quick card"
+        )
+    if model is not None:
+        given = [flag for flag, value in quick.items() if value is not None]
+        if given:
+            raise SpecError(
+                "(arguments)", given[0], "a quick-card option: use it with --params, not --model"
+            )
+    devices = (
+        [catalog.hardware_profile(d) for d in device]
+        if device
+        else [catalog.hardware_profile(n) for n in catalog.device_names()]
+    )
+    over = "the --device profiles given" if device else "every device of the catalog"
     dcp_sizes: list[int | None] = list(dcp) if dcp else [None]
     configs = [
         serving_from(
@@ -96,20 +151,35 @@ def memory(
         )
         for dcp_size in dcp_sizes
     ]
-    reports = []
-    for dev in devices:
-        for cfg, source in configs:
-            try:
-                reports.append(plan_memory(card, dev, cfg, context, num_seqs, all_devices))
-            except SpecError as exc:
-                raise SpecError(source, exc.field, exc.reason) from None
+    if params is not None:
+        from simulator.cli.quick_memory import run_quick_card
+        from simulator.quick_card import quick_card
+
+        qc = quick_card(
+            params, precision, active_params, vision_params, vision_precision,
+            vision_activation_bytes_per_image, layers, hidden, kv_heads, head_dim,
+        )  # fmt: skip
+        run_quick_card(qc, devices, configs, context, num_seqs, as_json, over, device is None)
+        return
+    assert model is not None
+    card = catalog.model_card(model)
+    reports: list[Any] = []
+    skipped: list[str] = []
+    for cfg, source in configs:
+        plan = functools.partial(_plan_one, card, cfg, context, num_seqs, devices)
+        done, missed = plan_each(devices, device is None, source, plan)
+        reports += done
+        skipped += missed
+    reports.sort(key=lambda r: [d.name for d in devices].index(r.device))
     if as_json:
         data = [r.model_dump(mode="json") for r in reports]
         print_json(data[0] if len(data) == 1 else data)
-    elif len(reports) == 1:
+        return
+    if len(reports) == 1:
         _print_memory_detail(reports[0])
     else:
         _print_memory_comparison(reports)
+    print_fit_table(reports, over, skipped)
 
 
 def _print_memory_detail(r: Any) -> None:
@@ -131,6 +201,16 @@ def _print_memory_detail(r: Any) -> None:
         ("budget (x gpu_memory_utilization)", f"{gib(r.budget_bytes_per_gpu)} GiB"),
         ("weights", f"{gib(r.weight_bytes_per_gpu)} GiB"),
         ("activation reserve (estimate)", f"{gib(r.activation_reserve_bytes_per_gpu)} GiB"),
+        *(
+            [
+                (
+                    f"  of which vision ({r.vision_images_profiled} image(s) profiled)",
+                    f"{gib(r.vision_activation_reserve_bytes_per_gpu)} GiB",
+                )
+            ]
+            if r.vision_images_profiled
+            else []
+        ),
         ("runtime reserve (assumption)", f"{gib(r.runtime_reserve_bytes_per_gpu)} GiB"),
         ("KV cache + state pool", f"{gib(r.kv_cache_bytes_per_gpu)} GiB"),
         ("KV per token (full attention)", f"{r.kv_bytes_per_token_per_gpu:,.0f} B"),
@@ -167,7 +247,6 @@ def _print_memory_detail(r: Any) -> None:
         (f"max context for {r.num_seqs} sequence(s)", f"{r.max_context_for_num_seqs:,} tokens"),
         ("max_model_len (longest request vLLM accepts)", f"{r.max_model_len:,} tokens"),
         ("fits", f"{'yes' if r.fits else 'NO'}: {r.fits_reason}"),
-        ("fits on (model alone)", r.fits_on),
     ]
     print_pairs("KV cache and capacity (per GPU unless stated)", rows)
 
@@ -220,15 +299,23 @@ def memory_comparison_tables(reports: list[Any], width: int) -> list[Table]:
     ]
 
 
+def _plan_one(
+    card: Any,
+    cfg: ServingConfig,
+    context: int,
+    num_seqs: int,
+    devices: list[HardwareProfile],
+    dev: HardwareProfile,
+) -> Any:
+    from simulator.memory import plan_memory
+
+    return plan_memory(card, dev, cfg, context, num_seqs, devices)
+
+
 def _print_memory_comparison(reports: list[Any]) -> None:
     con = console()
     for t in memory_comparison_tables(reports, con.width):
         con.print(t)
-    r0 = reports[0]
-    for r in reports:
-        if not r.fits:
-            con.print(f"  {r.device} dcp {r.dcp}: {r.fits_reason}")
-    con.print(f"  fits on (model alone): {r0.fits_on}")
 
 
 @command(app, "demo", short_help="Kimi K3 on four devices: memory, then 64 agents.")

@@ -80,6 +80,7 @@ def step(
 
     from simulator.cost.latency import LatencyModels
     from simulator.cost.step import StepCostModel
+    from simulator.measured.device import basis_of
     from simulator.memory import batch_limits, check_deployment, check_device
 
     if decode < 0 or context < 0:
@@ -117,6 +118,7 @@ def step(
         "per_layer_gpu_s": cost.gpu_s / card.layers.count,
         "decode_tokens_per_s_per_user": (1.0 / cost.seconds) if decode else None,
         "latency_sources": {c: latency.source(c) for c in classes},
+        "tables_basis": basis_of(profile, latency.tables),
         "extrapolated_queries": dict(latency.extrapolations),
         "ops": [
             {"name": x.name, "op_class": x.op_class, "category": x.category, "count": x.count,
@@ -164,6 +166,7 @@ def step(
             else ""
         )
     )
+    con.print(f"  op tables: {result['tables_basis']}")
 
 
 # ------------------------------------------------------------------------------ ops, fit, validate

@@ -70,17 +70,19 @@ def profiles_list(as_json: JsonOpt = False) -> None:
 
 
 def hardware_table(devices: list[HardwareProfile]) -> Table:
-    """Name, device, memory, bandwidth, peak dense PFLOP/s, scale-up, status (and whether
-    its latency models are calibrated on it)."""
+    """Name (its status under it, then whether its latency models are calibrated on it and
+    its runtime when not vLLM), device, memory, bandwidth, peak dense PFLOP/s, scale-up."""
     table = Table(title="Hardware profiles (hardware_profiles/<name>/profile.yaml)")
-    for col in ("name", "device", "usable GiB", "HBM TB/s", "BF16 PF", "FP8 PF", "FP4 PF",
-                "scale-up", "status"):  # fmt: skip
+    for col in ("name", "device", "usable GiB", "mem TB/s", "BF16 PF", "FP8 PF", "FP4 PF",
+                "scale-up"):  # fmt: skip
         right = col.endswith(("GiB", "TB/s", "PF"))
-        table.add_column(col, justify="right" if right else "left", no_wrap=col == "status")
+        table.add_column(col, justify="right" if right else "left")
     for d in devices:
         pf = d.peak_flops_per_s
+        notes = [d.status, *(["calibrated"] if d.calibrated else [])]
+        notes += [d.runtime] if d.runtime != "vllm" else []
         table.add_row(
-            d.name,
+            "\n".join([d.name, *notes]),
             d.display_name,
             gib(d.usable_memory_bytes),
             f"{d.memory_bw_bytes_per_s / 1e12:.1f}",
@@ -88,13 +90,13 @@ def hardware_table(devices: list[HardwareProfile]) -> Table:
             f"{pf.fp8 / 1e15:.2f}" if pf.fp8 else "-",
             f"{pf.fp4 / 1e15:.2f}" if pf.fp4 else "-",
             f"{d.scale_up.kind} x{d.scale_up.domain_size}" if d.scale_up else "none",
-            d.status + ("\ncalibrated" if d.calibrated else ""),
         )
     return table
 
 
 def model_table(models: list[ModelCard]) -> Table:
-    """Name, Hugging Face id, layers, mixers, parameters."""
+    """Name (and the aliases that name it, one a line), Hugging Face id, layers, mixers,
+    parameters."""
     from simulator.weights import total_params
 
     table = Table(title="Model cards (simulator/model_cards/<name>.yaml)")
@@ -102,7 +104,8 @@ def model_table(models: list[ModelCard]) -> Table:
         table.add_column(col, justify="right" if col in ("layers", "params (B)") else "left")
     for m in models:
         mixers = ", ".join(f"{len(v)} {k}" for k, v in m.layers.mixers.items() if v)
-        table.add_row(m.name, m.hf_id, str(m.layers.count), mixers, f"{total_params(m) / 1e9:,.1f}")
+        name = "\n".join([m.name, *(f"= {a}" for a in catalog.model_aliases(m.name))])
+        table.add_row(name, m.hf_id, str(m.layers.count), mixers, f"{total_params(m) / 1e9:,.1f}")
     return table
 
 
@@ -117,7 +120,7 @@ def profiles_show(
     obj: Any
     if name in catalog.device_names():
         obj = catalog.hardware_profile(name)
-    elif name in catalog.model_names():
+    elif catalog.resolve_model(name) in catalog.model_names():
         obj = catalog.model_card(name)
     elif name in catalog.cost_models():
         obj = catalog.cost_models()[name]

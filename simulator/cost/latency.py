@@ -185,6 +185,8 @@ class LatencyModels:
             ("attn_prefill", r.attention_compute_efficiency),
             ("kda_prefill", r.attention_compute_efficiency),
             ("kda_decode", r.attention_compute_efficiency),
+            ("mamba2_prefill", r.attention_compute_efficiency),
+            ("mamba2_decode", r.attention_compute_efficiency),
             ("elementwise", r.attention_compute_efficiency),
         ):
             self._priors[cls] = RooflineParams(

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.cost import ops
+from simulator.cost import ops, sparse_ops
 from simulator.cost.lookups import causal_length
+from simulator.cost.mamba2 import add_mamba2_lines
 from simulator.cost.ops import OpClass, Work
 from simulator.cost.shapes import CAT_INDEX, CATEGORIES, Category, OpLine, StepCost, StepShape
 from simulator.specs.model import ModuleGroup
@@ -137,14 +138,14 @@ class StepOps:
         d = float(card.hidden_size)
         t = self.t
         bf16_peak = m.device.peak_flops_per_s.bf16
-        layers = float(card.layers.count)
         if s.num_tokens == 0:
             return
         static = not self.static_off  # static_off: only the context lines (a template's)
         if static:
-            # every layer: two RMSNorms (+ residual add) over the hidden state
+            # every layer: two RMSNorms (+ residual add) over the hidden state (one per
+            # Nemotron-H block: m.n_norms counts mixers + MLPs)
             self.add(
-                "rmsnorm", "elementwise", "dense", 2 * layers, ops.elementwise(t * d, 8.0),
+                "rmsnorm", "elementwise", "dense", m.n_norms, ops.elementwise(t * d, 8.0),
                 bf16_peak,
             )  # fmt: skip
         if "mla" in m.counts:
@@ -152,11 +153,16 @@ class StepOps:
         for kind in ("gqa", "swa", "sparse_gqa"):
             if kind in m.counts:
                 self._gqa(kind, m.counts[kind])
+        for kind in sparse_ops.KINDS:  # simulator/cost/sparse_ops.py
+            if kind in m.counts:
+                sparse_ops.record(self, kind, m.counts[kind])
         if static:
             for kind in ("kda", "gdn"):
                 if kind in m.counts:
                     self._linear(m.counts[kind])
-            n_attn = sum(m.counts.values())
+            if "mamba2" in m.counts:
+                add_mamba2_lines(self, m.counts["mamba2"])
+            n_attn = sum(v for k, v in m.counts.items() if k != "none")  # none: MLP-only
             self.collective("attn_allreduce", "allreduce", n_attn, t * d * ops.ACT_BYTES, tp)
             if m.n_dense_mlp:
                 self._dense_mlp(m.n_dense_mlp)
@@ -182,11 +188,17 @@ class StepOps:
         )  # fmt: skip
         self.prefix, self.drafting = "draft.", "drafting"
         kind = next(
-            (x for x in reversed(card.layer_kinds) if x in ("mla", "gqa", "swa", "sparse_gqa")),
+            (
+                x
+                for x in reversed(card.layer_kinds)
+                if x in ("mla", "gqa", "swa", "sparse_gqa", *sparse_ops.KINDS)
+            ),
             None,
         )
         if kind == "mla":
             self._mla(k)
+        elif kind in sparse_ops.KINDS:
+            sparse_ops.record(self, kind, k)
         elif kind is not None:
             self._gqa(kind, k)
         if not self.static_off:
@@ -411,7 +423,10 @@ class StepOps:
         m, t = self.m, self.t
         inter = (m.card.dense_intermediate_size or 0) / m.serving.tp
         d = float(m.card.hidden_size)
-        self.gemm("mlp.gate_up", "dense", n, t, 2 * inter, d, "dense_mlp")
+        if m.card.gated_mlp:
+            self.gemm("mlp.gate_up", "dense", n, t, 2 * inter, d, "dense_mlp")
+        else:  # up_proj, relu2, down_proj
+            self.gemm("mlp.up", "dense", n, t, inter, d, "dense_mlp")
         self.add(
             "mlp.act", "elementwise", "dense", n, ops.elementwise(t * inter, 6.0),
             self.peak("dense_mlp"),
@@ -436,7 +451,7 @@ class StepOps:
         tokens = t * serving.dp if ep > 1 else t
         work = ops.moe(
             tokens, dr, moe.expert_intermediate_size, moe.num_experts, moe.top_k,
-            ep, 1 if ep > 1 else tp, self.wbytes("routed_experts"),
+            ep, 1 if ep > 1 else tp, self.wbytes("routed_experts"), float(card.mlp_matrices),
         )  # fmt: skip
         precision = precision_of(card, serving, "routed_experts")
         curve = self.look.moe(self.prefix + "moe.routed_experts", precision, dr, tp, ep)
@@ -450,7 +465,10 @@ class StepOps:
                 * (moe.shared_intermediate_size or moe.expert_intermediate_size)
                 / tp
             )
-            self.gemm("moe.shared_gate_up", "moe", n, t, 2 * si, d, "shared_experts")
+            if card.gated_mlp:
+                self.gemm("moe.shared_gate_up", "moe", n, t, 2 * si, d, "shared_experts")
+            else:
+                self.gemm("moe.shared_up", "moe", n, t, si, d, "shared_experts")
             self.gemm("moe.shared_down", "moe", n, t, d, si, "shared_experts")
         if curve is None:  # the measured MoE includes the activation and the weighted sum
             self.add(

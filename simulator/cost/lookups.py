@@ -38,7 +38,9 @@ GEMM_TABLE_PRECISION = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8_blo
 KV_TABLE_DTYPE = {"auto": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8"}
 # routers with grouped / bias-corrected top-k and many fine experts: the aiconfigurator SDK's
 # per-model skew (models/deepseek.py etc.: 1.01; generic MoE in models/moe.py: 1.2)
-LOW_SKEW_MODEL_TYPES = frozenset({"deepseek_v3", "kimi_k2", "kimi_k3", "kimi_linear", "minimax_m3"})
+LOW_SKEW_MODEL_TYPES = frozenset(
+    {"deepseek_v3", "kimi_k2", "kimi_k3", "kimi_linear", "minimax_m3", "nemotron_h"}
+)
 DEEPSEEK_MLA = (512, 64, 128, 128)  # kv_lora, rope, nope, v of the module tables
 _MISSING = object()
 
@@ -114,7 +116,20 @@ class Lookups:
             "ep": ep,
             "distribution": moe_distribution(self.card, self.serving),
         }
+        if not self.card.gated_mlp and not self._measured("moe", family):
+            # the tables time gated experts (w13 of 2 x inter), except their own rows of the
+            # non-gated model (docs/hybrid-mamba.md); elsewhere a non-gated expert of width I
+            # is read as the gated one of width 2 I / 3: the same FLOPs and weight bytes
+            family["inter"] = moe.expert_intermediate_size * 2.0 / 3.0
         return self._bind(name, "moe", family, {}, ("num_tokens",))
+
+    def _measured(self, kind: str, family: dict[str, Any]) -> bool:
+        """Whether the tables hold this very family (on this device or the transfer's)."""
+        model = self.tables.models.get(kind) if self.tables is not None else None
+        if model is None:
+            return False
+        fam = model.family(**family)
+        return bool(model.nearest(fam) == fam)
 
     def attention(
         self, name: str, phase: str, head_dim: float, window: float, heads: float, kv_heads: float

@@ -26,6 +26,8 @@ OpClass = Literal[
     "attn_prefill",
     "kda_prefill",
     "kda_decode",
+    "mamba2_prefill",
+    "mamba2_decode",
     "elementwise",
     "allreduce",
     "allgather",
@@ -83,19 +85,21 @@ def moe(
     ep: Num,
     tp: Num,
     weight_bytes_per_elem: float,
+    matrices: float = 3.0,
 ) -> Work:
     """Fused MoE on one rank: W13 (hidden -> 2 inter/tp), activation, W2, weighted sum.
 
     With EP each rank owns num_experts/ep whole experts and receives num_tokens*topk/ep
     (token, expert) pairs on average; otherwise all experts are sharded by tp.
+    ``matrices`` = 2 for non-gated experts (Nemotron-H relu2: W1 is hidden -> inter/tp).
     """
     local = num_experts / ep
     inter_rank = inter / tp
     pairs = num_tokens * topk / ep
     touched = experts_touched(num_tokens, num_experts, topk, local)
-    flops = 2.0 * pairs * 3.0 * hidden * inter_rank
-    weights = touched * 3.0 * hidden * inter_rank * weight_bytes_per_elem
-    acts = pairs * (2.0 * hidden + 3.0 * inter_rank) * ACT_BYTES
+    flops = 2.0 * pairs * matrices * hidden * inter_rank
+    weights = touched * matrices * hidden * inter_rank * weight_bytes_per_elem
+    acts = pairs * (2.0 * hidden + matrices * inter_rank) * ACT_BYTES
     return Work(flops, weights + acts, kernels=5.0)  # align, w13, act, w2, sum
 
 

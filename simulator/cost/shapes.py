@@ -39,6 +39,7 @@ class StepShape:
     prefill_kv_window: float = 0.0
     prefill_pairs: float = 0.0  # causal (query, key) pairs
     prefill_pairs_window: float = 0.0
+    prefill_pairs_sparse: float = 0.0  # causal pairs, each query capped at the sparse span
 
     @property
     def num_tokens(self) -> int:

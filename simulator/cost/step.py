@@ -31,6 +31,7 @@ from simulator.cost.shapes import (
     StepShape,
 )
 from simulator.memory import attention_bytes_per_token_per_layer
+from simulator.sparse_attention import attention_spans
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.model import MODULE_GROUPS, ModelCard, ModuleGroup
 from simulator.specs.precision import (
@@ -92,6 +93,11 @@ def shape_of(
         prefill_pairs_window=(
             float(pre @ ops.causal_pairs(new, ctx, window)) if windowed else pairs
         ),
+        prefill_pairs_sparse=(
+            float(pre @ ops.causal_pairs(new, ctx, sparse_span))
+            if np.isfinite(sparse_span)
+            else pairs
+        ),
     )
 
 
@@ -116,7 +122,11 @@ class StepCostModel:
         kinds = card.layer_kinds
         self.counts = {k: float(sum(1 for x in kinds if x == k)) for k in set(kinds)}
         self.n_moe = float(sum(card.moe_layer_mask))
-        self.n_dense_mlp = float(card.layers.count) - self.n_moe
+        self.n_dense_mlp = float(card.num_dense_mlp_layers)
+        # RMSNorms per step: one before each mixer and one before each MLP
+        self.n_norms = float(card.layers.count - self.counts.get("none", 0.0)) + float(
+            card.layers.count - len(card.layers.mlp_free)
+        )
         self.window = (
             float(card.gqa.sliding_window_tokens)
             if card.gqa is not None and card.gqa.sliding_window_tokens
@@ -142,6 +152,9 @@ class StepCostModel:
             if g is not None and g.sparse_block_tokens
             else np.inf
         )
+        spans = attention_spans(card)  # sparse MLA, DeepSeek-V4 (simulator/sparse_attention.py)
+        if spans is not None:
+            self.window, self.sparse_span = spans
 
     # ---------------------------------------------------------------- public API
 

@@ -291,9 +291,10 @@ def reset() -> None:
 
 def tables_for(profile: HardwareProfile, exclude: tuple[str, ...] = ()) -> DeviceTables | None:
     """The device's measured tables, else tables transferred from the measured devices
-    (``exclude``: devices not to learn from, for the leave-one-device-out check)."""
+    (``exclude``: devices not to learn from, for the leave-one-device-out check). None for a
+    profile of another runtime than vLLM (MLX, llama.cpp): the tables time vLLM's kernels."""
     source = data_source()
-    if source is None or switched_off():
+    if source is None or switched_off() or profile.runtime != "vllm":
         return None
     key = f"{profile.model_dump_json()}|{','.join(exclude)}"
     if key in _LOADED:
@@ -303,6 +304,21 @@ def tables_for(profile: HardwareProfile, exclude: tuple[str, ...] = ()) -> Devic
         result = _transferred(profile, source, exclude)
     _LOADED[key] = result
     return result
+
+
+def basis_of(profile: HardwareProfile, tables: DeviceTables | None) -> str:
+    """Where the device's table-backed op latencies come from, in words: the tables' basis,
+    else why it has none (another runtime than vLLM, tables absent or switched off)."""
+    from simulator.measured.package import tables_available, unavailable_note
+
+    if tables is not None:
+        return tables.basis
+    if profile.runtime != "vllm":
+        return (
+            f"no tables: runtime {profile.runtime} (the public tables time vLLM's CUDA kernels);"
+            " the profile's roofline priors"
+        )
+    return "no tables: roofline priors" if tables_available() else unavailable_note()
 
 
 def _transferred(

@@ -193,8 +193,11 @@ def operating_points(runs: pd.DataFrame) -> pd.DataFrame:
 
 def fleet_unit(device: str) -> tuple[str, int]:
     """What a fleet of ``device`` is bought by: a rack of its scale-up domain where that domain
-    spans more than a node (GB200 / GB300 NVL72: 72 GPUs), else a node of ``NODE_GPUS``."""
+    spans more than a node (GB200 / GB300 NVL72: 72 GPUs), one machine where the device is a
+    whole computer with unified memory (a Mac), else a node of ``NODE_GPUS``."""
     profile = catalog.hardware_profile(device)
+    if profile.host_link.kind == "unified":
+        return ("machine", 1)
     domain = profile.scale_up.domain_size if profile.scale_up is not None else 1
     return ("rack", domain) if domain > NODE_GPUS else ("node", NODE_GPUS)
 

@@ -25,9 +25,15 @@ DRAFT_MODEL = "<draft model: fill in>"
 
 
 def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[str]:
-    """``vllm serve`` and its arguments for one replica group of ``serving``."""
+    """``vllm serve`` and its arguments for one replica group of ``serving``; on a device
+    whose profile names another runtime (docs/devices.md), that runtime's server: MLX's with
+    the model, llama.cpp's with one slot per sequence (vLLM's other knobs have no flag there)."""
     device = catalog.hardware_profile(device_name)
     tokens, seqs = batch_limits(device, serving)
+    if device.runtime == "mlx":
+        return ["mlx_lm.server", "--model", hf_id]
+    if device.runtime == "llama.cpp":
+        return ["llama-server", "--hf-repo", f"<GGUF of {hf_id}: fill in>", "--parallel", str(seqs)]
     args = ["vllm", "serve", hf_id, "--tensor-parallel-size", str(serving.tp)]
     if serving.dp > 1:
         args += ["--data-parallel-size", str(serving.dp)]

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 def sources_caveat(devices: list[str]) -> str:
     """Where each device's op latencies come from and its known end-to-end error band."""
-    from simulator.measured.device import tables_for
+    from simulator.measured.device import basis_of, tables_for
     from simulator.measured.package import tables_available, unavailable_note
     from simulator.planner.uncertainty import model_error
 
@@ -58,7 +58,7 @@ def sources_caveat(devices: list[str]) -> str:
             source = "calibrated on the device"
         else:
             tables = tables_for(profile) if tables_available() else None
-            source = tables.basis if tables is not None else "roofline priors"
+            source = basis_of(profile, tables) if tables_available() else "roofline priors"
         err = model_error(d)
         parts.append(f"{d}: {source}; error band {err.median_ape_pct:.0f} % ({err.basis})")
     text = "Op latencies and known error per device: " + "; ".join(parts) + "."

@@ -197,9 +197,11 @@ def units_note(best: pd.DataFrame) -> str:
         what = f"the {b.unit} of {int(b.unit_gpus)} GPUs"
         if b.unit == "rack":
             what += " (its scale-up domain)"
+        elif b.unit == "machine":
+            what = "the machine (one SoC with unified memory)"
         by.setdefault(what, []).append(str(b.device))
     parts = [f"{', '.join(d)} by {what}" for what, d in by.items()]
-    racks = f"; best.csv's nodes stay GPUs / {NODE_GPUS}" if (best.unit == "rack").any() else ""
+    racks = f"; best.csv's nodes stay GPUs / {NODE_GPUS}" if (best.unit != "node").any() else ""
     return (
         f" Fleets are bought whole: {'; '.join(parts)}{racks}."
         f" $/month = $/hour x {HOURS_PER_MONTH:g} h."

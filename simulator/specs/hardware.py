@@ -23,7 +23,14 @@ MemoryBytes = Annotated[PositiveFloat, at_most(limits.MAX_MEMORY_BYTES, _UNITS)]
 LinkBandwidth = Annotated[PositiveFloat, at_most(limits.MAX_LINK_BW_BYTES_PER_S, _UNITS)]
 Seconds = Annotated[float, Field(ge=0), at_most(limits.MAX_LATENCY_S, _UNITS)]
 
-LinkKind = Literal["nvlink", "xgmi", "pcie", "nvlink_c2c", "ethernet", "infiniband"]
+# unified: CPU and GPU share one memory (Apple silicon); the "host link" is that memory
+LinkKind = Literal["nvlink", "xgmi", "pcie", "nvlink_c2c", "ethernet", "infiniband", "unified"]
+Vendor = Literal["nvidia", "amd", "intel", "apple"]
+# The serving runtime whose behaviour a profile's roofline efficiencies describe: vLLM (the
+# default: the engine simulates its scheduler, the public tables time its kernels), MLX
+# (mlx-lm on Apple silicon) or llama.cpp (llama-server). The public measured tables are vLLM
+# kernels on NVIDIA GPUs: a profile of another runtime runs on its own roofline priors.
+Runtime = Literal["vllm", "mlx", "llama.cpp"]
 
 
 class PeakFlops(Spec):
@@ -77,6 +84,7 @@ SOURCED_FIELDS = (
     "peak_flops_per_s",
     "memory_bytes",
     "usable_memory_bytes",
+    "os_reserve_bytes",
     "memory_bw_bytes_per_s",
     "scale_up",
     "host_link",
@@ -89,8 +97,9 @@ SOURCED_FIELDS = (
 class HardwareProfile(Spec):
     name: str = Field(min_length=1)  # short id, equals the folder name
     display_name: str
-    vendor: Literal["nvidia", "amd", "intel"]
+    vendor: Vendor
     form_factor: str
+    runtime: Runtime = "vllm"
     status: Literal["shipping", "announced"] = "shipping"
     calibrated: bool = False  # true once latency_models.json comes from measurements on it
     # system folder of the public silicon-measured op tables (aiconfigurator-core) taken on
@@ -99,6 +108,9 @@ class HardwareProfile(Spec):
     peak_flops_per_s: PeakFlops
     memory_bytes: MemoryBytes  # nominal (datasheet) device memory
     usable_memory_bytes: MemoryBytes  # what the runtime reports as total (vLLM's base)
+    # unified memory (Apple silicon): the part of memory_bytes the OS keeps from the GPU (macOS
+    # caps GPU-wired memory, sysctl iogpu.wired_limit_mb); None: dedicated device memory
+    os_reserve_bytes: MemoryBytes | None = None
     memory_bw_bytes_per_s: Annotated[
         PositiveFloat, at_most(limits.MAX_MEMORY_BW_BYTES_PER_S, _UNITS)
     ]
@@ -133,6 +145,24 @@ class HardwareProfile(Spec):
                 f"exceeds memory_bytes {nominal:.4g} by more than 8 % (GiB/GB mix-up?)"
             )
         return usable
+
+    @field_validator("os_reserve_bytes")
+    @classmethod
+    def _reserve_leaves_memory(cls, reserve: float | None, info: ValidationInfo) -> float | None:
+        nominal, usable = info.data.get("memory_bytes"), info.data.get("usable_memory_bytes")
+        if reserve is None or nominal is None:
+            return reserve
+        if reserve >= nominal:
+            raise ValueError(
+                f"{reserve:.4g} B is not below memory_bytes {nominal:.4g} B: the OS would keep"
+                " all of the unified memory, none is left for the model"
+            )
+        if usable is not None and usable > (nominal - reserve) * 1.001:
+            raise ValueError(
+                f"memory_bytes - os_reserve_bytes = {nominal - reserve:.4g} B is below"
+                f" usable_memory_bytes {usable:.4g} B: the GPU cannot use memory the OS keeps"
+            )
+        return reserve
 
 
 class CostModel(Spec):

@@ -14,6 +14,8 @@ from pydantic import Field, PositiveInt, model_validator
 
 from simulator.specs.frozen import Spec
 from simulator.specs.precision import StateDtype, WeightPrecision
+from simulator.specs.sparse import CompressedAttentionConfig, DsaIndexerConfig
+from simulator.specs.vision import VisionConfig
 
 # Token mixer of a layer.
 #   mla          multi-head latent attention (DeepSeek/Kimi), full context
@@ -22,9 +24,34 @@ from simulator.specs.precision import StateDtype, WeightPrecision
 #   sparse_gqa   grouped-query attention reading top-k blocks chosen by an indexer (MiniMax-M3)
 #   kda          Kimi Delta Attention (linear, recurrent state)
 #   gdn          gated DeltaNet (linear, recurrent state; Qwen3-Next / Qwen3.5)
-LayerKind = Literal["mla", "gqa", "swa", "sparse_gqa", "kda", "gdn"]
-FULL_ATTENTION_KINDS: frozenset[str] = frozenset({"mla", "gqa", "sparse_gqa"})
-LINEAR_KINDS: frozenset[str] = frozenset({"kda", "gdn"})
+#   mamba2       Mamba2 selective state space (SSD; recurrent state; Nemotron-H)
+#   none         no token mixer: an MLP-only block (Nemotron-H "E" and "-" blocks)
+#   sparse_mla   MLA attending the top-k tokens a DSA indexer picks (GLM-5, DeepSeek-V3.2)
+#   csa          DeepSeek-V4 compressed sparse attention: window + top-k of 4x-compressed entries
+#   hca          DeepSeek-V4 heavily compressed attention: window + all 128x-compressed entries
+#   swa_mqa      DeepSeek-V4 sliding-window layer (compress ratio 0): the window only
+LayerKind = Literal[
+    "mla",
+    "gqa",
+    "swa",
+    "sparse_gqa",
+    "kda",
+    "gdn",
+    "mamba2",
+    "none",
+    "sparse_mla",
+    "csa",
+    "hca",
+    "swa_mqa",
+]
+FULL_ATTENTION_KINDS: frozenset[str] = frozenset(
+    {"mla", "gqa", "sparse_gqa", "sparse_mla", "csa", "hca"}
+)
+# the kinds of simulator/specs/sparse.py (memory: simulator/sparse_attention.py)
+SPARSE_KINDS: frozenset[str] = frozenset({"sparse_mla", "csa", "hca", "swa_mqa"})
+LINEAR_KINDS: frozenset[str] = frozenset({"kda", "gdn", "mamba2"})
+# softmax-attention kinds (full or windowed): what an MTP module's attention is
+ATTENTION_KINDS: frozenset[str] = FULL_ATTENTION_KINDS | {"swa"}
 
 # Groups of weights that may carry different precisions (and shard differently under TP/EP).
 ModuleGroup = Literal[
@@ -63,6 +90,7 @@ class MLAConfig(Spec):
     qk_rope_head_dim: int = Field(ge=0)
     v_head_dim: PositiveInt
     output_gate: bool = False  # Kimi K3 mla_use_output_gate: sigmoid(W x) gates the heads
+    indexer: DsaIndexerConfig | None = None  # `sparse_mla` layers (DSA lightning indexer)
 
 
 class GQAConfig(Spec):
@@ -89,9 +117,16 @@ class GQAConfig(Spec):
 
 
 class LinearAttentionConfig(Spec):
-    """KDA or gated-DeltaNet layer: a short causal conv plus a (num_v_heads, dk, dv) state."""
+    """KDA, gated-DeltaNet or Mamba2 layer: a short causal conv plus a (num_v_heads, dk, dv)
+    state per sequence.
 
-    kind: Literal["kda", "gdn"]
+    Mamba2 reads through the SSD duality (C, B, x play q, k, v): ``num_k_heads`` = n_groups
+    (B and C have one d_state vector per group), ``head_k_dim`` = ssm_state_size (d_state),
+    ``num_v_heads`` = mamba_num_heads, ``head_v_dim`` = mamba_head_dim; so the SSM state is
+    heads x head_dim x d_state and the conv runs over d_inner + 2 n_groups d_state channels,
+    as vLLM's ``MambaStateShapeCalculator.mamba2_state_shape`` lays them out."""
+
+    kind: Literal["kda", "gdn", "mamba2"]
     num_k_heads: PositiveInt
     num_v_heads: PositiveInt
     head_k_dim: PositiveInt
@@ -102,8 +137,13 @@ class LinearAttentionConfig(Spec):
 
     @property
     def conv_dim(self) -> int:
-        """Channels the short conv runs over: q, k and v."""
+        """Channels the short conv runs over: q, k and v (Mamba2: x, B and C)."""
         return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of the mixer's value / output path (Mamba2 d_inner = heads x head_dim)."""
+        return self.num_v_heads * self.head_v_dim
 
 
 class MoEConfig(Spec):
@@ -124,11 +164,17 @@ class MoEConfig(Spec):
 
 
 class LayerLayout(Spec):
-    """Which 1-based layers have which token mixer and which MLP."""
+    """Which 1-based layers have which token mixer and which MLP.
+
+    A layer is a mixer (``mixers``; ``none`` = no mixer) followed by an MLP: the MoE on
+    ``moe_layers``, no MLP on ``mlp_free``, else the dense MLP. Nemotron-H blocks hold one
+    of the two: a Mamba2 or attention block is a mixer on ``mlp_free``, an MoE or MLP block
+    is a ``none`` mixer with its MLP."""
 
     count: PositiveInt
     mixers: dict[LayerKind, list[PositiveInt]]
     moe_layers: list[PositiveInt] = Field(default_factory=list)  # the rest use the dense MLP
+    mlp_free: list[PositiveInt] = Field(default_factory=list)  # layers with no MLP at all
 
     @model_validator(mode="after")
     def _partition(self) -> LayerLayout:
@@ -144,7 +190,19 @@ class LayerLayout(Spec):
         bad = [i for i in self.moe_layers if i > self.count]
         if bad:
             raise ValueError(f"moe_layers {bad[:5]} beyond count {self.count}")
+        self._check_mlp_free()
         return self
+
+    def _check_mlp_free(self) -> None:
+        free = set(self.mlp_free)
+        if len(free) != len(self.mlp_free) or any(i > self.count for i in free):
+            raise ValueError(f"mlp_free must list distinct layers 1..{self.count}")
+        both = sorted(free & set(self.moe_layers))
+        if both:
+            raise ValueError(f"layers {both[:5]} are in both moe_layers and mlp_free")
+        empty = sorted(free & set(self.mixers.get("none", [])))
+        if empty:
+            raise ValueError(f"layers {empty[:5]} have no mixer (none) and no MLP (mlp_free)")
 
 
 class PublishedSize(Spec):
@@ -168,11 +226,17 @@ class ModelCard(Spec):
     mla: MLAConfig | None = None
     gqa: GQAConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
+    compressed_attention: CompressedAttentionConfig | None = None  # csa / hca / swa_mqa layers
     dense_intermediate_size: PositiveInt | None = None
     moe: MoEConfig | None = None
+    # MLPs and experts (dense, shared, routed): gated = gate_proj and up_proj then down_proj
+    # (SwiGLU, 3 matrices); False = up_proj, activation, down_proj (Nemotron-H relu2, 2)
+    gated_mlp: bool = True
     mtp_layers: int = Field(default=0, ge=0)  # num_nextn_predict_layers
     weight_precision: dict[ModuleGroup, WeightPrecision]
     published: PublishedSize | None = None
+    # vision encoder + projector (simulator/specs/vision.py): weights and an activation reserve
+    vision: VisionConfig | None = None
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -192,6 +256,10 @@ class ModelCard(Spec):
             raise ValueError(
                 "sparse_gqa layers need gqa.sparse_block_tokens and sparse_topk_blocks"
             )
+        if "sparse_mla" in kinds and (self.mla is None or self.mla.indexer is None):
+            raise ValueError("sparse_mla layers need an `mla` section with an `indexer`")
+        if kinds & {"csa", "hca", "swa_mqa"} and self.compressed_attention is None:
+            raise ValueError("csa/hca/swa_mqa layers need a `compressed_attention` section")
         linear = kinds & LINEAR_KINDS
         if len(linear) > 1:
             raise ValueError("a card may use one linear-attention kind only")
@@ -199,7 +267,7 @@ class ModelCard(Spec):
             raise ValueError(f"layers use {sorted(linear)} but linear_attention does not match")
         if self.layers.moe_layers and self.moe is None:
             raise ValueError("moe_layers listed but the card has no `moe` section")
-        if len(self.layers.moe_layers) < self.layers.count and self.dense_intermediate_size is None:
+        if self.num_dense_mlp_layers and self.dense_intermediate_size is None:
             raise ValueError("some layers use the dense MLP but dense_intermediate_size is missing")
         missing = [g for g in self.required_groups() if g not in self.weight_precision]
         if missing:
@@ -212,11 +280,11 @@ class ModelCard(Spec):
         if not self.tie_word_embeddings:
             groups.append("lm_head")
         kinds = self.layer_kinds
-        if any(k not in LINEAR_KINDS for k in kinds):
+        if any(k not in LINEAR_KINDS and k != "none" for k in kinds):
             groups.append("attention")
         if any(k in LINEAR_KINDS for k in kinds):
             groups.append("linear_attention")
-        if len(self.layers.moe_layers) < self.layers.count:
+        if self.num_dense_mlp_layers:
             groups.append("dense_mlp")
         if self.moe is not None and self.layers.moe_layers:
             groups += ["router", "routed_experts"]
@@ -240,6 +308,21 @@ class ModelCard(Spec):
         moe = set(self.layers.moe_layers)
         return tuple(i + 1 in moe for i in range(self.layers.count))
 
+    @cached_property
+    def mlp_free_mask(self) -> tuple[bool, ...]:
+        """Layers without an MLP, 0-based (Nemotron-H Mamba2 and attention blocks)."""
+        free = set(self.layers.mlp_free)
+        return tuple(i + 1 in free for i in range(self.layers.count))
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        return self.layers.count - len(self.layers.moe_layers) - len(self.layers.mlp_free)
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices per MLP / expert: 3 gated (SwiGLU), 2 not (relu2)."""
+        return 3 if self.gated_mlp else 2
+
     def count_layers(self, *kinds: str) -> int:
         return sum(1 for k in self.layer_kinds if k in kinds)
 
@@ -252,6 +335,8 @@ class ModelCard(Spec):
         """Query heads of the softmax-attention layers (what TP must divide)."""
         if self.mla is not None:
             return self.mla.num_heads
+        if self.compressed_attention is not None:
+            return self.compressed_attention.num_heads
         if self.gqa is not None:
             return self.gqa.num_heads
         return 0

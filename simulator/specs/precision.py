@@ -1,7 +1,9 @@
 """Number formats of weights, KV cache and recurrent state, with their storage cost.
 
-Block-scaled formats carry one scale per group of elements, so their true cost per element
-is ``element_bits + scale_bits / group_size`` (MXFP4: 4 + 8/32 = 4.25 bits).
+Block-scaled formats carry one scale (and, for asymmetric integer formats, one zero point) per
+group of elements, so their true cost per element is
+``element_bits + (scale_bits + zero_bits) / group_size`` (MXFP4: 4 + 8/32 = 4.25 bits; GPTQ
+int2 in groups of 64: 2 + (16 + 2)/64 = 2.28125 bits).
 """
 
 from __future__ import annotations
@@ -10,7 +12,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 WeightPrecision = Literal[
-    "fp32", "bf16", "fp16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4_g128", "int4_g32"
+    "fp32",
+    "bf16",
+    "fp16",
+    "fp8",
+    "fp8_block",
+    "mxfp4",
+    "nvfp4",
+    "int4_g128",
+    "int4_g32",
+    "int3_g128",
+    "int3_g64",
+    "int2_g128",
+    "int2_g64",
+    "int2_g32",
 ]
 KvCacheDtype = Literal["auto", "bf16", "fp16", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"]
 StateDtype = Literal["fp32", "bf16"]
@@ -25,10 +40,26 @@ class NumberFormat:
     group_size: int = 1  # elements sharing one scale; 1 with scale_bits 0 = unscaled
     scale_bits: int = 0
     source: str = ""
+    zero_bits: int = 0  # one zero point per group (asymmetric integer formats), packed
 
     @property
     def bits_per_element(self) -> float:
-        return self.element_bits + self.scale_bits / self.group_size
+        return self.element_bits + (self.scale_bits + self.zero_bits) / self.group_size
+
+
+# GPTQ layout (AutoGPTQ / GPTQModel checkpoints, read by vLLM's `gptq` method, the one that
+# loads 2- and 3-bit weights: GPTQConfig accepts weight_bits 2, 3, 4, 8, while the Marlin and
+# compressed-tensors WNA16 kernels take 4 and 8 only): `qweight` packs the b-bit values into
+# int32 words (3-bit runs across word boundaries, 32 values in 3 words, no padding); per group
+# of `group_size` inputs and per output column, `scales` holds one fp16 scale and `qzeros` one
+# b-bit zero point, packed into int32 like the weights (vllm/model_executor/layers/quantization/
+# gptq.py, GPTQLinearMethod.create_weights). `g_idx` (one int32 per input row, shared by every
+# output column: 32 / out_features bits per element, < 0.01 bit) is left out like the norms.
+_GPTQ = "GPTQ checkpoint layout (vLLM gptq.py): int32-packed weights, fp16 scale + b-bit zero"
+
+
+def _gptq(bits: int, group: int) -> NumberFormat:
+    return NumberFormat(bits, group_size=group, scale_bits=16, zero_bits=bits, source=_GPTQ)
 
 
 WEIGHT_FORMATS: dict[WeightPrecision, NumberFormat] = {
@@ -49,6 +80,14 @@ WEIGHT_FORMATS: dict[WeightPrecision, NumberFormat] = {
     "int4_g128": NumberFormat(4, group_size=128, scale_bits=16),
     # the same with one bf16 scale per 32 (Kimi-K2.5's compressed-tensors int4, group_size 32)
     "int4_g32": NumberFormat(4, group_size=32, scale_bits=16),
+    # 2- and 3-bit quantization-aware / GPTQ checkpoints, in the GPTQ layout above (zero point
+    # included): int3 g128 3.1484 bits, int3 g64 3.2969, int2 g128 2.1406, int2 g64 2.2813,
+    # int2 g32 2.5625
+    "int3_g128": _gptq(3, 128),
+    "int3_g64": _gptq(3, 64),
+    "int2_g128": _gptq(2, 128),
+    "int2_g64": _gptq(2, 64),
+    "int2_g32": _gptq(2, 32),
 }
 
 # Which peak-FLOPs entry of a hardware profile a weight format computes at.
@@ -62,6 +101,12 @@ COMPUTE_DTYPE_OF: dict[WeightPrecision, ComputeDtype] = {
     "nvfp4": "fp4",
     "int4_g128": "bf16",
     "int4_g32": "bf16",
+    # weight-only: dequantized to bf16 in the GEMM (read at the packed size, math at bf16)
+    "int3_g128": "bf16",
+    "int3_g64": "bf16",
+    "int2_g128": "bf16",
+    "int2_g64": "bf16",
+    "int2_g32": "bf16",
 }
 
 STATE_BYTES: dict[StateDtype, int] = {"fp32": 4, "bf16": 2}

@@ -110,3 +110,16 @@ def test_bar_segments_add_up_to_the_gpu(model: str, device: str, tp: int) -> Non
         assert used <= r.kv_cache_bytes_per_gpu
     else:  # weights over budget: nothing in the pool
         assert segments["KV cache of the sessions"] == segments["recurrent state pages"] == 0
+
+
+def test_workstation_devices_are_choices(app: OpenPage) -> None:
+    """The page lists every catalog device: the RTX cards and the Macs (docs/devices.md)."""
+    at = app(PAGE)
+    options = set(at.multiselect(key="memory_devices").options)
+    assert {"rtx4090", "rtx5090", "rtx-pro-6000", "m3-ultra", "m4-max", "d270-480gb"} <= options
+    at.selectbox(key="memory_model").set_value("llama-3.1-8b").run()
+    at.selectbox(key="memory_tp").set_value(1)
+    at.number_input(key="memory_context").set_value(8192)
+    at.multiselect(key="memory_devices").set_value(["rtx4090", "m3-ultra"]).run()
+    values = shown(at)
+    assert (values["rtx4090 sessions"], values["m3-ultra sessions"]) == ("4", "334")

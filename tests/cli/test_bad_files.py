@@ -191,6 +191,17 @@ def profile(t: Path, name: str = "gpu.yaml") -> str:
     return write(t, name, (PROFILES_DIR / "h100" / "profile.yaml").read_text())
 
 
+def edited_profile(t: Path, base: str, unsourced: str = "", **fields: Any) -> str:
+    """The built-in profile ``base`` with ``fields`` replaced (and the source of
+    ``unsourced`` emptied), as gpu.yaml: a bad value each case."""
+    from hardware_profiles import PROFILES_DIR
+
+    data = {**yaml.safe_load((PROFILES_DIR / base / "profile.yaml").read_text()), **fields}
+    if unsourced:
+        data["sources"][unsourced] = ""
+    return write(t, "gpu.yaml", yaml.safe_dump(data, sort_keys=False))
+
+
 MEM = ["memory", "--model", "llama-3.1-8b", "--device", "h100"]
 STEP = ["step", "--model", "llama-3.1-8b", "--device", "h100", "--decode", "2"]
 PREDICT = ["ops", "predict", "--device", "h100", "--input"]
@@ -477,6 +488,31 @@ CASES: list[Case] = [
     ("profiles-show-path", lambda t: ["profiles", "show", profile(t)], ["unknown profile"]),
     ("profiles-show-json-twice", lambda t: ["profiles", "show", "h100", "--json", "--json"],
      ["json: --json given 2 times; give it once"]),
+    # ---- hardware profiles: vendor, runtime, unified memory, single-device profiles
+    ("device-vendor-unknown",
+     lambda t: [*MEM[:3], "--device", edited_profile(t, "h100", vendor="qualcomm")],
+     ["gpu.yaml: vendor: ", "'nvidia'", "'apple'"]),
+    ("device-runtime-unknown",
+     lambda t: [*MEM[:3], "--device", edited_profile(t, "rtx4090", runtime="tensorrt")],
+     ["gpu.yaml: runtime: ", "'vllm'", "'mlx'", "'llama.cpp'"]),
+    ("apple-os-reserve-all-memory",
+     lambda t: [*MEM[:3], "--device",
+                edited_profile(t, "m3-ultra", os_reserve_bytes=5.49755813888e11)],
+     ["gpu.yaml: os_reserve_bytes: ", "is not below memory_bytes", "none is left"]),
+    ("apple-os-reserve-over-usable",
+     lambda t: [*MEM[:3], "--device", edited_profile(t, "m4-max", os_reserve_bytes=5e10)],
+     ["gpu.yaml: os_reserve_bytes: ", "is below usable_memory_bytes"]),
+    ("apple-os-reserve-unsourced",
+     lambda t: [*MEM[:3], "--device", edited_profile(t, "m4-max", unsourced="os_reserve_bytes")],
+     ["gpu.yaml: sources: ", "no source given for ['os_reserve_bytes']"]),
+    ("apple-memory-tp2", lambda t: [*MEM[:3], "--device", "m3-ultra", "--tp", "2"],
+     ["(arguments): serving.tp: tp 2 ", "m3-ultra"]),
+    ("apple-step-tp2",
+     lambda t: ["step", "--model", "llama-3.1-8b", "--device", "m4-max", "--tp", "2",
+                "--decode", "2"],
+     ["(arguments): serving.tp: tp 2 ", "m4-max"]),
+    ("apple-run-tp2", lambda t: ["run", scenario(t, device="m3-ultra", serving={"tp": 2})],
+     ["s.yaml: serving.tp: tp 2 ", "m3-ultra"]),
 ]  # fmt: skip
 
 

@@ -253,6 +253,7 @@ def test_cost_models_load_and_price_known_devices() -> None:
             assert device in known, f"{cm.name} gives power for unknown device {device!r}"
             assert 0.1 < kw < 10
         assert "d270" not in cm.usd_per_gpu_hour  # unannounced price
+        assert "d270-480gb" not in cm.usd_per_gpu_hour
 
 
 def test_agentx_prices() -> None:
@@ -375,3 +376,72 @@ def test_efficiency_above_one_is_rejected(tmp_path: Path) -> None:
         load(HardwareProfile, path)
     assert err.value.field == "roofline.gemm_compute_efficiency"
     assert str(path) in str(err.value)
+
+
+# (g): this year's workstation devices and the D270 480 GB variant (docs/devices.md)
+
+NEW_DEVICES = ["rtx4090", "rtx5090", "rtx-pro-6000", "m3-ultra", "m4-max", "d270-480gb"]
+APPLE = ["m3-ultra", "m4-max"]
+RTX = ["rtx4090", "rtx5090", "rtx-pro-6000"]
+
+
+@pytest.mark.parametrize("device", NEW_DEVICES)
+def test_new_device_is_sane_and_sourced(device: str) -> None:
+    p = hardware_profile(device)
+    assert device in device_names()
+    assert 5e11 <= p.memory_bw_bytes_per_s <= 2e12  # GDDR, LPDDR and unified memory
+    assert 1e13 <= p.peak_flops_per_s.bf16 <= 1e15
+    assert 2e10 <= p.memory_bytes <= 6e11
+    assert p.usable_memory_bytes <= 1.08 * p.memory_bytes
+    assert p.host_link.latency_s < 1e-3
+    assert not p.calibrated
+    assert p.measured_tables is None  # no public tables: priors or the transfer rule
+    for field, text in p.sources.items():
+        assert len(text) >= 20, f"{device}: sources.{field} is too terse: {text!r}"
+
+
+@pytest.mark.parametrize("device", APPLE)
+def test_apple_unified_memory_single_device(device: str) -> None:
+    p = hardware_profile(device)
+    assert (p.vendor, p.runtime, p.scale_up, p.host_link.kind) == ("apple", "mlx", None, "unified")
+    assert p.os_reserve_bytes is not None
+    assert p.memory_bytes % 2**30 == 0  # Apple's GB are binary
+    # the default GPU-wired cap: 0.75 of the memory, the rest kept by macOS
+    assert p.usable_memory_bytes == pytest.approx(0.75 * p.memory_bytes)
+    assert p.usable_memory_bytes + p.os_reserve_bytes == pytest.approx(p.memory_bytes)
+    assert "assumption" in p.sources["usable_memory_bytes"].lower()
+    assert "iogpu.wired_limit_mb" in p.sources["usable_memory_bytes"]
+    assert (p.peak_flops_per_s.fp8, p.peak_flops_per_s.fp4) == (None, None)
+
+
+@pytest.mark.parametrize("device", RTX)
+def test_rtx_cards_talk_over_pcie(device: str) -> None:
+    p = hardware_profile(device)
+    assert (p.vendor, p.runtime, p.os_reserve_bytes) == ("nvidia", "vllm", None)
+    assert p.scale_up is not None
+    assert p.scale_up.kind == "pcie"
+    assert p.scale_up.bw_bytes_per_s == p.host_link.bw_bytes_per_s
+    assert "NVLink" in p.sources["scale_up"]
+
+
+def test_geforce_link_pays_for_missing_p2p() -> None:
+    pro = hardware_profile("rtx-pro-6000").roofline.link_efficiency
+    for device in ("rtx4090", "rtx5090"):
+        p = hardware_profile(device)
+        assert "peer-to-peer" in p.sources["scale_up"]
+        assert p.roofline.link_efficiency < pro
+
+
+def test_d270_480gb_is_d270_with_more_memory() -> None:
+    base, big = hardware_profile("d270"), hardware_profile("d270-480gb")
+    memory = {"memory_bytes", "usable_memory_bytes"}
+    same = set(HardwareProfile.model_fields) - memory - {"name", "display_name", "sources"}
+    assert {f: getattr(big, f) for f in same} == {f: getattr(base, f) for f in same}
+    assert big.memory_bytes == 3 * base.memory_bytes == 4.8e11
+    assert big.usable_memory_bytes == pytest.approx(3 * base.usable_memory_bytes)
+    assert "480 GB" in big.sources["memory_bytes"]
+
+
+def test_runtime_defaults_to_vllm() -> None:
+    assert {hardware_profile(d).runtime for d in ISSUE_DEVICES} == {"vllm"}
+    assert "runtime" not in _valid_profile()

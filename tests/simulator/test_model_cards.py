@@ -39,6 +39,23 @@ PACKAGE_SOURCES: dict[str, str] = {
     "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B_config.json",
     "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5_config.json",
     "kimi-k2.5": "moonshotai--Kimi-K2.5_config.json",
+    # nemotron_h (simulator/importers/nemotron_h.py); the quantized ones with the ModelOpt
+    # <stem>_hf_quant_config.json beside them, which load_hf_config reads
+    "nemotron-3-nano-30b-a3b": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16_config.json",
+    "nemotron-3-nano-30b-a3b-nvfp4": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4_config.json",
+    "nemotron-3-super-120b": "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4_config.json",
+    "nemotron-3-super-120b-fp8": "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8_config.json",
+    "nemotron-3-ultra-550b-a55b": "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16_config.json",
+    "nemotron-h-56b": "nvidia--Nemotron-H-56B-Base-8K_config.json",
+    # sparse attention (simulator/importers/dsa.py, deepseek_v4.py; tests in
+    # test_sparse_attention_cards.py); nvidia--GLM-5-NVFP4 has its hf_quant_config beside it
+    "glm-5": "zai-org--GLM-5_config.json",
+    "glm-5-fp8": "zai-org--GLM-5-FP8_config.json",
+    "glm-5-nvfp4": "nvidia--GLM-5-NVFP4_config.json",
+    "deepseek-v4-flash": "deepseek-ai--DeepSeek-V4-Flash_config.json",
+    "deepseek-v4-flash-nvfp4": "nvidia--DeepSeek-V4-Flash-NVFP4_config.json",
+    "deepseek-v4-pro": "deepseek-ai--DeepSeek-V4-Pro_config.json",
+    "deepseek-v4-pro-nvfp4": "nvidia--DeepSeek-V4-Pro-NVFP4_config.json",
 }
 
 
