@@ -120,7 +120,9 @@ def fewest_gpus(card: ModelCard, serving: ServingConfig, device: HardwareProfile
 
 def fits_on(card: ModelCard, serving: ServingConfig, devices: list[HardwareProfile]) -> str:
     """The smallest of ``devices`` (by usable memory) that holds the model alone on one GPU
-    (``1x h200``), else the fewest GPUs of the largest under TP (``8x mi355x``)."""
+    (``1x h200``), else the fewest GPUs of the largest whose scale-up domain (the
+    profile's NVLink / PCIe domain; one device without one: a D270, a Mac) holds it under TP
+    (``8x mi355x``)."""
     return _Probe(card, serving).fits_on(devices)
 
 

@@ -71,5 +71,5 @@ def print_fit_table(reports: list[Any], over: str, skipped: list[str] | None = N
     r0 = reports[0]
     con.print(
         f"fits on: {r0.fits_on} (the model alone, over {over}: the smallest that holds it on one"
-        " GPU, else the fewest GPUs of the largest)"
+        " GPU, else the fewest GPUs of the largest whose scale-up domain holds it)"
     )
