@@ -1,34 +1,82 @@
-"""What a family reader may ask of a config.json mapping (``simulator.model_import._Config``).
-
-A structural type, so that reader modules need not import ``simulator.model_import`` (which
-imports them to register them).
-"""
+"""A config.json mapping for the family readers (``simulator/model_import.py`` and
+``simulator/importers/``): accessors that name the missing or bad key in the SpecError."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from simulator.specs.loading import SpecError
 
 
-class ConfigView(Protocol):
+class ConfigView:
     """A config.json mapping whose accessors name the missing or bad key in the SpecError."""
 
-    source: str
-    prefix: str
+    def __init__(self, data: Mapping[str, Any], source: str, prefix: str = "") -> None:
+        self.data = data
+        self.source = source
+        self.prefix = prefix
 
-    def field(self, key: str) -> str: ...
+    def field(self, key: str) -> str:
+        return f"{self.prefix}{key}"
 
-    def error(self, key: str, reason: str) -> SpecError: ...
+    def error(self, key: str, reason: str) -> SpecError:
+        return SpecError(self.source, self.field(key), reason)
 
-    def has(self, key: str) -> bool: ...
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.data.get(key)
+        return default if value is None else value
 
-    def require(self, key: str) -> Any: ...
+    def require(self, key: str) -> Any:
+        if key not in self.data:
+            raise self.error(key, f"missing required key {key!r}")
+        if self.data[key] is None:
+            raise self.error(key, "is null")
+        return self.data[key]
 
-    def integer(self, key: str, default: int | None = None) -> int: ...
+    def integer(self, key: str, default: int | None = None) -> int:
+        if default is not None and self.data.get(key) is None:
+            return default
+        value = self.require(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"expected an integer, got {value!r}")
+        return value
 
-    def optional_int(self, key: str) -> int | None: ...
+    def first_int(self, *keys: str) -> int:
+        """The first of several alias keys that is present (e.g. n_routed_experts / num_experts)."""
+        for key in keys:
+            if self.has(key):
+                return self.integer(key)
+        raise self.error(keys[0], f"missing required key {keys[0]!r} (or {', '.join(keys[1:])})")
 
-    def boolean(self, key: str, default: bool) -> bool: ...
+    def optional_int(self, key: str) -> int | None:
+        return self.integer(key) if self.has(key) else None
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.require(key)
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self.error(key, f"expected a list of integers, got {value!r}")
+        return list(value)
+
+    def str_list(self, key: str) -> list[str]:
+        value = self.require(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, f"expected a list of strings, got {value!r}")
+        return list(value)
+
+    def sub(self, key: str) -> ConfigView:
+        value = self.require(key)
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a mapping, got {type(value).__name__}")
+        return ConfigView(value, self.source, f"{self.field(key)}.")

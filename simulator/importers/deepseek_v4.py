@@ -16,7 +16,7 @@ output through ``o_groups`` grouped projections to ``o_lora_rank``. Every layer 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from simulator.importers.config_view import ConfigView
 from simulator.specs.model import LayerKind, ModuleGroup
@@ -38,10 +38,7 @@ MODULE_NAMES: dict[ModuleGroup, str | None] = {
 }
 
 
-class Config(ConfigView, Protocol):
-    """The accessors this reader uses beyond ``ConfigView``."""
-
-    def int_list(self, key: str) -> list[int]: ...
+Config = ConfigView
 
 
 def _kinds(cfg: Config, count: int, notes: list[str]) -> dict[LayerKind, list[int]]:

@@ -14,16 +14,12 @@ expressible on the card.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from simulator.importers.config_view import ConfigView
 from simulator.specs.model import LayerKind, ModuleGroup
 
-
-class Config(ConfigView, Protocol):
-    """The accessors these readers use beyond ``ConfigView``."""
-
-    def str_list(self, key: str) -> list[str]: ...
+Config = ConfigView
 
 
 # One Hugging Face module name per module group (quantization ignore lists); layer 0 stands
