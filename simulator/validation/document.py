@@ -241,7 +241,8 @@ median APE over all 921 points (optimistic on 93 % of points), 26.7 % / 27.3 % o
 vLLM points, Llama-3.3-70B 23.9 %, gpt-oss-120b 36.0 %, DeepSeek-R1 42.8 % (throughput per
 GPU). What changed between the two runs: op latencies from the public silicon tables
 (docs/measured.md: measured on H100, H200, B200; transferred from GB200 / H100 on the AMD
-devices, MoE and MLA kept on the AMD priors), the first token no longer paying its step twice,
+devices, MoE and MLA prefill kept on the AMD priors; the MLA module tables on one timing
+harness, docs/measured.md), the first token no longer paying its step twice,
 admission one step late under async scheduling, weight-only FP4/INT4 at the BF16 rate on
 GPUs without FP4 tensor cores, the recurrent state as heads x dk x dv, the per-runtime CPU
 costs (1 ms + 10 us per request instead of a 4 ms floor) and the window metrics
@@ -303,7 +304,7 @@ Per (model, device, ISL/OSL), all precisions and TP degrees of that group pooled
 
 {worst_lines}
 
-## Observations (full run of 2026-12-01, 14:49 UTC: all 921 mappable points, 10 x conc requests)
+## Observations (full run of 2026-12-01, 19:55 UTC: all 921 mappable points, 10 x conc requests)
 
 Written from that run's per-point CSV; re-check them when regenerating on a subset.
 
@@ -318,16 +319,16 @@ Written from that run's per-point CSV; re-check them when regenerating on a subs
   concurrency 32-64).
 - **AMD devices are optimistic** (+28 % median over their vLLM points; Llama +14 % at FP8,
   +40 % at MXFP4 on MI355X; gpt-oss +62 % on MI300X, +47 % on MI325X): they run NVIDIA kernel
-  behaviour scaled by spec sheets (MoE and MLA on the priors); ROCm's kernels, fixed costs
+  behaviour scaled by spec sheets (MoE and MLA prefill on the priors); ROCm's kernels, fixed costs
   and quick-reduce collectives are not measured anywhere public. That is the error band the
   planner states for them.
-- **DeepSeek-R1 (SGLang measurements)**: 24.1 % median APE overall (B200 8 %, H200 12 %,
-  MI300X 63 %, MI325X 53 %, MI355X 49 %, all optimistic on AMD), against 42.8 % on the
-  priors. An earlier run of the same day, with MLA transferred from GB200 to the AMD devices,
-  had AMD at 15-43 % (13.2 % overall); the transfer rule (docs/measured.md) keeps MLA on the
-  prior for a vendor without tables since the op-table scores rate MLA's prior too (transfer
-  24.0 / 32.5 % vs prior 23.6 / 29.8 %, a near tie). The rule was not changed after seeing
-  these points: they are a validation set.
+- **DeepSeek-R1 (SGLang measurements)**: 20.0 % median APE overall (B200 8 %, H200 7 %,
+  MI300X 65 %, MI325X 55 %, MI355X 43 %, all optimistic on AMD), against 42.8 % on the
+  priors and 24.1 % before the MLA module tables were put on one timing harness (H200's were
+  timed with the native RMSNorm chain, docs/measured.md: 12 % pessimistic then, 7 %
+  optimistic now). The transfer rule gives AMD MLA decode from the transfer and MLA prefill
+  from the prior (leave-family-out 12.8 / 16.6 % vs prior 13.0 / 15.5 %, near ties); the rule
+  was not changed after seeing these points: they are a validation set.
 - **Largest NVIDIA errors**: Llama FP8 on B200 at TP4 and concurrency 4 (-38 %,
   pessimistic) and gpt-oss on H100 at 8K/1K (+36-38 %).
 
