@@ -183,6 +183,7 @@ class Pruned:
 PRESENTATION = (
     "cli/", "examples/", "api.py", "planner/report.py", "planner/report_tables.py",
     "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
+    "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
 )  # fmt: skip
 
 
