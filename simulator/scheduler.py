@@ -10,8 +10,9 @@ generated + drafts); every step hands out tokens so that ``computed`` catches up
   all blocks are freed (hashed ones stay cached), ``computed`` drops to 0, and the request
   goes back to the head of the waiting queue.
 - WAITING requests are admitted only if nothing was preempted this step, only if the whole
-  prompt fits (``full_sequence_must_fit``), and a failed admission stops the scan
-  (head-of-line blocking).
+  prompt fits in the free blocks (``full_sequence_must_fit``), and a failed admission stops
+  the scan (head-of-line blocking). Admission takes blocks for the hit only; the first chunk's
+  come from ``grow`` like every later chunk's (vLLM allocates the scheduled tokens).
 - Hybrid models: every non-final prefill chunk ends on a block boundary
   (``_mamba_block_aligned_split``), so recurrent states exist at block boundaries.
 - A prompt hit in the CPU tier is loaded asynchronously: the request waits
@@ -58,6 +59,7 @@ class CacheLike(Protocol):
         hit: PrefixHitLike,
         lookahead_tokens: int,
         remote_tokens: int = 0,
+        hit_only: bool = False,
     ) -> bool: ...
     def grow(self, req_id: int, total_tokens: int) -> bool: ...
     def commit(
@@ -305,7 +307,7 @@ class Scheduler:
                     req.cpu_hit_tokens = hit.cpu_tokens
                     req.recomputed_tokens = hit.recompute_tokens
                 if not self.cache.admit(
-                    req.req_id, req.num_tokens, req.all_hashes, hit, self.k, remote
+                    req.req_id, req.num_tokens, req.all_hashes, hit, self.k, remote, hit_only=True
                 ):
                     break  # full_sequence_must_fit failed: head-of-line, stop the scan
                 self.waiting.popleft()
@@ -328,6 +330,10 @@ class Scheduler:
                     started.append(req)
                     continue
                 num_new = self._num_new(req, budget)
+                # admission held only the hit: the first chunk's blocks (they fit: the whole
+                # prompt did)
+                grown = self.cache.grow(req.req_id, req.computed + num_new + self.k)
+                assert grown, "a prompt that fitted at admission must fit its first chunk"
                 self._run(req, num_new, entries)
                 budget -= num_new
         return StepPlan(entries, preempted, started)

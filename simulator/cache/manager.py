@@ -168,11 +168,17 @@ class KVCacheManager:
         hit: HitLike,
         lookahead_tokens: int = 0,
         remote_tokens: int = 0,
+        hit_only: bool = False,
     ) -> bool:
-        """Admit a waiting request (``allocate_slots`` with the whole prompt required to fit).
+        """Admit a waiting request (``allocate_slots(..., full_sequence_must_fit=True)``).
 
-        Takes refs on the GPU hit blocks (``touch``), allocates blocks for the rest of the prompt
-        plus ``lookahead_tokens`` (draft slots) in every group and the recurrent state pages.
+        The whole prompt plus ``lookahead_tokens`` (draft slots) must fit in the free blocks
+        (``scheduler_reserve_full_isl``). With ``hit_only`` (what the scheduler asks, as vLLM
+        does) only what the request holds now is allocated: the hit (GPU, CPU tier or remote),
+        the draft slots and the recurrent state pages; the first chunk's blocks come from
+        ``grow``, as every later chunk's do, so a long prompt takes blocks chunk by chunk and
+        cached blocks are evicted as its prefill advances, not all at admission. Without it the
+        whole prompt is allocated at once. Takes refs on the GPU hit blocks (``touch``).
         CPU-hit blocks are allocated and cached at once (the engine delays the request by the
         load time). ``remote_tokens`` > the hit: the tokens up to there are read from another
         replica (disaggregation: WAITING_FOR_REMOTE_KVS); the request counts them computed, and
@@ -221,15 +227,17 @@ class KVCacheManager:
         loaded = g_hit + c_hit
         if remote_tokens and c.prefix_caching:
             loaded = max(loaded, min(remote_tokens // blk, len(hashes), n_attn))
+        now = min(total, r.computed + lookahead_tokens) if hit_only else total
+        n_now = max(self._attn_blocks(now), loaded, g_hit)
         for g in range(f):
-            new = pool.allocate(n_attn - g_hit, ATTN_KIND)
+            new = pool.allocate(n_now - g_hit, ATTN_KIND)
             assert new is not None
             r.attn.append(held[g * g_hit : (g + 1) * g_hit] + new)
             for i in range(g_hit, loaded):
                 pool.cache(r.attn[g][i], hashes[i], g)
         r.num_cached = loaded
         for _ in range(c.swa_groups):
-            new = pool.allocate(swa, SWA_KIND)
+            new = pool.allocate(self._swa_blocks(now), SWA_KIND)
             assert new is not None
             r.swa.append(new)
         if s:

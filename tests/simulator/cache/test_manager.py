@@ -370,3 +370,29 @@ def test_config_rejects_inconsistent_knobs() -> None:
         CacheConfig(block_tokens=16, num_blocks=10, retention="every_n")
     with pytest.raises(ValueError, match="at least one group"):
         CacheConfig(block_tokens=16, num_blocks=10, full_groups=0)
+
+
+def test_hit_only_admission_checks_the_whole_prompt_but_holds_only_the_hit() -> None:
+    """vLLM's allocate_slots(full_sequence_must_fit=True): the whole prompt must fit in the free
+    blocks, but only the computed tokens get blocks; each chunk's come from grow."""
+    m = manager(num_blocks=10)
+    h = chain([1, 2])
+    run_prefill(m, "a", 8, h)  # 2 full blocks of 4 tokens, cached
+    m.free("a")
+    prompt = 36  # 9 blocks; the hit holds 2
+    hashes = [*h, *chain(range(3, 10), h[-1])]
+    hit = m.lookup("b", prompt, hashes)
+    assert hit == PrefixHit(gpu_tokens=8)
+    assert m.admit("b", prompt, hashes, hit, hit_only=True)
+    assert m.num_blocks_of("b") == 2  # the hit only
+    assert m.num_free_blocks == 8
+    assert m.grow("b", 8 + 12)  # a first chunk of 12 tokens: 3 more blocks
+    assert m.num_blocks_of("b") == 5
+    m.commit("b", 20)
+    # a second request whose whole prompt does not fit in what is free is refused, although its
+    # first chunk would fit: the gate is the full sequence
+    assert m.num_free_blocks == 5
+    assert not m.admit("c", 24, chain([50, 51, 52, 53, 54, 55]), PrefixHit(), hit_only=True)
+    assert m.admit("c", 20, chain([50, 51, 52, 53, 54]), PrefixHit(), hit_only=True)
+    assert m.num_blocks_of("c") == 0
+    m.check()
