@@ -104,9 +104,10 @@ class _Probe:
         def domain(d: HardwareProfile) -> int:
             return d.scale_up.domain_size if d.scale_up is not None else 1
 
-        within = [d for d in ordered if (f := self.fewest(d)) is not None and f <= domain(d)]
+        fewest = {id(d): self.fewest(d) for d in ordered}
+        within = [d for d in ordered if (f := fewest[id(d)]) is not None and f <= domain(d)]
         largest = (within or ordered)[-1]
-        n = self.fewest(largest)
+        n = fewest[id(largest)]
         return (
             f"{n}x {largest.name}" if n is not None else f"more than {MAX_TP_TRIED}x {largest.name}"
         )

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from simulator.importers import deepseek_v4, dsa, modelopt_quant, nemotron_h
 from simulator.importers.config_view import ConfigView
-from simulator.importers.families import READERS
+from simulator.importers.families import READERS as _OLDER_READERS
 from simulator.importers.hf_precision import base_dtype, precisions
 from simulator.specs.loading import SpecError, parse, read_text
 from simulator.specs.model import MODULE_GROUPS, ModelCard, ModuleGroup
@@ -152,6 +152,15 @@ _MODULE_NAMES: dict[str, dict[ModuleGroup, str | None]] = {
     "deepseek_v4": deepseek_v4.MODULE_NAMES,
 }
 
+# family -> reader: the older families (simulator/importers/families.py) and the newer ones
+_READERS = {
+    **_OLDER_READERS,
+    "nemotron_h": nemotron_h.read_nemotron_h,
+    "glm_dsa": dsa.read_dsa,
+    "deepseek_v32": dsa.read_dsa,
+    "deepseek_v4": deepseek_v4.read_deepseek_v4,
+}
+
 
 def load_hf_config(path: str | Path) -> dict[str, Any]:
     """Read a Hugging Face config.json; any failure is a SpecError on ``(file)``."""
@@ -200,7 +209,7 @@ def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCar
         ),
         "max_context_tokens": text.integer("max_position_embeddings"),
     }
-    data |= READERS[family](text, notes)
+    data |= _READERS[family](text, notes)
     # a family's own precision reading (deepseek_v4 experts), applied after the generic one
     overrides: dict[ModuleGroup, WeightPrecision] = data.pop("weight_precision", {})
     data["layers"]["mixers"] = {k: v for k, v in data["layers"]["mixers"].items() if v}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.importers.config_view import ConfigView
+from simulator.importers.families import deepseek_moe_layers, layer_range, mla_fields
 from simulator.specs.model import LayerKind, ModuleGroup
 
 Config = ConfigView
@@ -42,10 +43,6 @@ DEEPSEEK_V32_MODULE_NAMES: dict[ModuleGroup, str | None] = {
 }
 
 
-def _range(count: int) -> list[int]:
-    return list(range(1, count + 1))
-
-
 def _moe_layers(cfg: Config, count: int) -> list[int]:
     """1-based MoE layers: ``mlp_layer_types`` (GLM-5.1: "dense" / "sparse" per layer) when
     given, else DeepSeek-V3's rule (0-based i is MoE if i >= first_k_dense_replace and
@@ -57,9 +54,7 @@ def _moe_layers(cfg: Config, count: int) -> list[int]:
                 "mlp_layer_types", f"expected {count} entries of 'dense' or 'sparse', got {types!r}"
             )
         return [i for i, t in enumerate(types, start=1) if t == "sparse"]
-    first_dense = cfg.integer("first_k_dense_replace", 0)
-    freq = cfg.integer("moe_layer_freq", 1)
-    return [i for i in _range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
+    return deepseek_moe_layers(cfg, count, cfg.integer("n_routed_experts"))
 
 
 def _check_indexer_per_layer(cfg: Config) -> None:
@@ -87,15 +82,7 @@ def read_dsa(cfg: Config, notes: list[str]) -> dict[str, Any]:
         "head_dim": cfg.integer("index_head_dim"),
         "topk_tokens": cfg.integer("index_topk"),
     }
-    mla = {
-        "num_heads": cfg.integer("num_attention_heads"),
-        "q_lora_rank": cfg.optional_int("q_lora_rank"),
-        "kv_lora_rank": cfg.integer("kv_lora_rank"),
-        "qk_nope_head_dim": cfg.integer("qk_nope_head_dim"),
-        "qk_rope_head_dim": cfg.integer("qk_rope_head_dim"),
-        "v_head_dim": cfg.integer("v_head_dim"),
-        "indexer": indexer,
-    }
+    mla = {**mla_fields(cfg), "indexer": indexer}
     moe_layers = _moe_layers(cfg, count)
     moe = None
     if moe_layers:
@@ -105,7 +92,7 @@ def read_dsa(cfg: Config, notes: list[str]) -> dict[str, Any]:
             "expert_intermediate_size": cfg.integer("moe_intermediate_size"),
             "num_shared_experts": cfg.integer("n_shared_experts", 0),
         }
-    mixers: dict[LayerKind, list[int]] = {"sparse_mla": _range(count)}
+    mixers: dict[LayerKind, list[int]] = {"sparse_mla": layer_range(count)}
     dense = len(moe_layers) < count
     notes.append(
         f"sparse_mla in all {count} layers: MLA ({mla['num_heads']} heads, q_lora_rank"

@@ -1,13 +1,13 @@
 """The family readers of ``simulator/model_import.py``: one function per architecture family
 that turns a config.json (``ConfigView``) into the card fields of its layers, attention,
-linear attention and MoE. The newer families live in their own modules beside this one."""
+linear attention and MoE. The newer families live in their own modules beside this one
+(registered with these in ``simulator/model_import.py``), sharing the helpers here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simulator.importers import deepseek_v4, dsa, nemotron_h
 from simulator.importers.config_view import ConfigView
 from simulator.specs.model import LayerKind
 from simulator.specs.precision import StateDtype
@@ -15,21 +15,21 @@ from simulator.specs.precision import StateDtype
 _STATE_DTYPES: dict[str, StateDtype] = {"float32": "fp32", "bfloat16": "bf16"}
 
 
-def _layer_range(count: int) -> list[int]:
+def layer_range(count: int) -> list[int]:
     return list(range(1, count + 1))
 
 
-def _deepseek_moe_layers(cfg: ConfigView, count: int, num_experts: int | None) -> list[int]:
+def deepseek_moe_layers(cfg: ConfigView, count: int, num_experts: int | None) -> list[int]:
     """HF DeepseekV3/KimiLinear rule: 0-based layer i is MoE if i >= first_k_dense_replace and
     i % moe_layer_freq == 0."""
     if not num_experts:
         return []
     first_dense = cfg.integer("first_k_dense_replace", 0)
     freq = cfg.integer("moe_layer_freq", 1)
-    return [i for i in _layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
+    return [i for i in layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
 
 
-def _mla(cfg: ConfigView) -> dict[str, Any]:
+def mla_fields(cfg: ConfigView) -> dict[str, Any]:
     return {
         "num_heads": cfg.integer("num_attention_heads"),
         "q_lora_rank": cfg.optional_int("q_lora_rank"),
@@ -56,9 +56,9 @@ def _read_kimi_linear(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
         if kda is None and full is None:
             raise lin.error("kda_layers", "missing required key 'kda_layers' (or full_attn_layers)")
         if kda is None:
-            kda = [i for i in _layer_range(count) if i not in set(full or [])]
+            kda = [i for i in layer_range(count) if i not in set(full or [])]
         if full is None:
-            full = [i for i in _layer_range(count) if i not in set(kda)]
+            full = [i for i in layer_range(count) if i not in set(kda)]
         mixers = {"kda": kda, "mla": full}
         heads = lin.integer("num_heads")
         head_dim = lin.integer("head_dim")
@@ -77,7 +77,7 @@ def _read_kimi_linear(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             " the config does not set it"
         )
     else:
-        mixers = {"mla": _layer_range(count)}
+        mixers = {"mla": layer_range(count)}
         notes.append("linear_attn_config is null: every layer is MLA")
     if cfg.boolean("mla_use_nope", False):
         notes.append(
@@ -85,7 +85,7 @@ def _read_kimi_linear(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             " (the qk_rope_head_dim slot is still cached)"
         )
     num_experts = cfg.optional_int("num_experts")
-    moe_layers = _deepseek_moe_layers(cfg, count, num_experts)
+    moe_layers = deepseek_moe_layers(cfg, count, num_experts)
     moe: dict[str, Any] | None = None
     if moe_layers:
         moe = {
@@ -97,7 +97,7 @@ def _read_kimi_linear(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
         }
     return {
         "layers": {"count": count, "mixers": mixers, "moe_layers": moe_layers},
-        "mla": _mla(cfg) if mixers.get("mla") else None,
+        "mla": mla_fields(cfg) if mixers.get("mla") else None,
         "linear_attention": linear,
         "dense_intermediate_size": _dense_size(cfg, moe_layers, count, "intermediate_size"),
         "moe": moe,
@@ -108,7 +108,7 @@ def _read_kimi_linear(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 def _read_deepseek(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     num_experts = cfg.optional_int("n_routed_experts")
-    moe_layers = _deepseek_moe_layers(cfg, count, num_experts)
+    moe_layers = deepseek_moe_layers(cfg, count, num_experts)
     moe: dict[str, Any] | None = None
     if moe_layers:
         moe = {
@@ -120,10 +120,10 @@ def _read_deepseek(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     return {
         "layers": {
             "count": count,
-            "mixers": {"mla": _layer_range(count)},
+            "mixers": {"mla": layer_range(count)},
             "moe_layers": moe_layers,
         },
-        "mla": _mla(cfg),
+        "mla": mla_fields(cfg),
         "dense_intermediate_size": _dense_size(cfg, moe_layers, count, "intermediate_size"),
         "moe": moe,
         "mtp_layers": cfg.integer("num_nextn_predict_layers", 0),
@@ -156,13 +156,13 @@ def _gqa(cfg: ConfigView, output_gate: bool) -> dict[str, Any]:
 
 
 def _qwen_moe_layers(cfg: ConfigView, count: int) -> tuple[int, list[int]]:
-    """``num_experts`` and the MoE layers (``_layer_range`` numbering) by the Qwen3-MoE rule:
+    """``num_experts`` and the MoE layers (``layer_range`` numbering) by the Qwen3-MoE rule:
     0-based layer i is sparse if i is not in ``mlp_only_layers`` and (i+1) % step == 0."""
     num_experts = cfg.integer("num_experts", 0)
     step = cfg.integer("decoder_sparse_step", 1)
     mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
     moe_layers = [
-        i for i in _layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
+        i for i in layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
     ]
     return num_experts, moe_layers
 
@@ -173,8 +173,8 @@ def _read_qwen(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
         mixers = _layer_kinds(cfg, {"full_attention": "gqa", "linear_attention": "gdn"})
     else:
         interval = cfg.integer("full_attention_interval", 4)
-        full = [i for i in _layer_range(count) if i % interval == 0]
-        mixers = {"gdn": [i for i in _layer_range(count) if i % interval], "gqa": full}
+        full = [i for i in layer_range(count) if i % interval == 0]
+        mixers = {"gdn": [i for i in layer_range(count) if i % interval], "gqa": full}
         notes.append(f"no layer_types: every {interval}th layer is full attention")
     ssm_dtype = cfg.get("mamba_ssm_dtype", "float32")
     if ssm_dtype not in _STATE_DTYPES:
@@ -238,7 +238,7 @@ def _read_qwen3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     return {
         "layers": {
             "count": count,
-            "mixers": {"gqa": _layer_range(count)},
+            "mixers": {"gqa": layer_range(count)},
             "moe_layers": moe_layers,
         },
         "gqa": _gqa(cfg, False),
@@ -250,7 +250,7 @@ def _read_qwen3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 def _read_llama(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     return {
-        "layers": {"count": count, "mixers": {"gqa": _layer_range(count)}},
+        "layers": {"count": count, "mixers": {"gqa": layer_range(count)}},
         "gqa": _gqa(cfg, False),
         "dense_intermediate_size": cfg.integer("intermediate_size"),
     }
@@ -261,7 +261,7 @@ def _read_gpt_oss(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     if cfg.has("layer_types"):
         mixers = _layer_kinds(cfg, {"sliding_attention": "swa", "full_attention": "gqa"})
     else:
-        mixers = {"swa": _layer_range(count)[0::2], "gqa": _layer_range(count)[1::2]}
+        mixers = {"swa": layer_range(count)[0::2], "gqa": layer_range(count)[1::2]}
         notes.append("no layer_types: sliding and full attention alternate, sliding first")
     gqa = _gqa(cfg, False)
     if mixers.get("swa"):
@@ -271,7 +271,7 @@ def _read_gpt_oss(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     )
     top_k = cfg.first_int("num_experts_per_tok", "experts_per_token")
     return {
-        "layers": {"count": count, "mixers": mixers, "moe_layers": _layer_range(count)},
+        "layers": {"count": count, "mixers": mixers, "moe_layers": layer_range(count)},
         "gqa": gqa,
         "moe": {
             "num_experts": cfg.integer("num_local_experts"),
@@ -318,8 +318,8 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     return {
         "layers": {
             "count": count,
-            "mixers": {"gqa": _layer_range(count)},
-            "moe_layers": _layer_range(count),
+            "mixers": {"gqa": layer_range(count)},
+            "moe_layers": layer_range(count),
         },
         "gqa": _gqa(cfg, False),
         "moe": {
@@ -335,13 +335,13 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 def _read_minimax_m3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
     gqa = _gqa(cfg, cfg.boolean("attention_output_gate", False))
-    mixers: dict[LayerKind, list[int]] = {"gqa": _layer_range(count)}
+    mixers: dict[LayerKind, list[int]] = {"gqa": layer_range(count)}
     if cfg.has("sparse_attention_config"):
         sparse_cfg = cfg.sub("sparse_attention_config")
         if sparse_cfg.boolean("use_sparse_attention", True):
             sparse = _per_layer_flags(sparse_cfg, "sparse_attention_freq", count)
             mixers = {
-                "gqa": [i for i in _layer_range(count) if i not in sparse],
+                "gqa": [i for i in layer_range(count) if i not in sparse],
                 "sparse_gqa": sparse,
             }
             gqa |= {
@@ -364,7 +364,7 @@ def _read_minimax_m3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     if isinstance(freq, list):
         moe_layers = _per_layer_flags(cfg, "moe_layer_freq", count)
     else:
-        moe_layers = _deepseek_moe_layers(cfg, count, cfg.integer("num_local_experts"))
+        moe_layers = deepseek_moe_layers(cfg, count, cfg.integer("num_local_experts"))
     shared = cfg.integer("n_shared_experts", 0)
     moe = {
         "num_experts": cfg.integer("num_local_experts"),
@@ -400,8 +400,4 @@ READERS: dict[str, Callable[[ConfigView, list[str]], dict[str, Any]]] = {
     "gpt_oss": _read_gpt_oss,
     "minimax_m2": _read_minimax_m2,
     "minimax_m3": _read_minimax_m3,
-    "nemotron_h": nemotron_h.read_nemotron_h,
-    "glm_dsa": dsa.read_dsa,
-    "deepseek_v32": dsa.read_dsa,
-    "deepseek_v4": deepseek_v4.read_deepseek_v4,
 }
