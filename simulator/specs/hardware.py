@@ -88,6 +88,7 @@ SOURCED_FIELDS = (
     "memory_bw_bytes_per_s",
     "scale_up",
     "host_link",
+    "scale_out",
     "host_dram_bytes_per_gpu",
     "power_w",
     "roofline",
@@ -116,6 +117,9 @@ class HardwareProfile(Spec):
     ]
     scale_up: ScaleUpLink | None  # None: PCIe card without a GPU-to-GPU fabric
     host_link: Link
+    # the NIC(s) one GPU reaches other scale-up domains through (RDMA: InfiniBand / RoCE),
+    # per GPU per direction; None: not given (disaggregation then uses its scenario link)
+    scale_out: Link | None = None
     host_dram_bytes_per_gpu: Annotated[
         PositiveFloat, at_most(limits.MAX_HOST_DRAM_BYTES_PER_GPU, _UNITS)
     ]
