@@ -150,7 +150,8 @@ class Replica:
                     f"replica {self.id} at t={env.now:.3f}s: nothing fits in the KV cache"
                     f" ({len(sched.waiting)} waiting, {len(sched.running)} running)"
                 )
-            cost = self.parts.cost.price(self._shape(plan))
+            shape = self._shape(plan)
+            cost = self.parts.cost.price(shape)
             step_s = cost.seconds
             steps = self._fast_forward_steps(plan)
             start = env.now
@@ -181,8 +182,8 @@ class Replica:
                     start_s=start,
                     step_s=step_s * steps,
                     steps=steps,
-                    decodes=sum(1 for e in plan.entries if e[3]),
-                    prefill_tokens=sum(e[1] for e in plan.entries if not e[3]),
+                    decodes=shape.num_decodes,
+                    prefill_tokens=shape.prefill_tokens,
                     kv_blocks_used=self.parts.blocks_used(),
                     breakdown_s=cost.breakdown_s,
                     kv_blocks_held=sched.held_blocks,
@@ -257,7 +258,23 @@ class Replica:
         dec_n = dec_tok = pre_n = pre_tok = 0
         dec_kv = dec_kv_w = dec_kv_s = 0.0
         pre_kv = pre_kv_w = pairs = pairs_w = pairs_s = 0.0
-        for _, new, ctx, decode in plan.entries:
+        if window == math.inf and span == math.inf:  # no window, no sparse span: the plain sums
+            for _, new, ctx, decode in plan.entries:
+                if decode:
+                    dec_n += 1
+                    dec_tok += new
+                    dec_kv += ctx + new
+                else:
+                    pre_n += 1
+                    pre_tok += new
+                    pre_kv += ctx + new
+                    pairs += new * ctx + new * (new + 1) / 2
+            dec_kv_w = dec_kv_s = dec_kv
+            pre_kv_w, pairs_w, pairs_s = pre_kv, pairs, pairs
+            entries: list[tuple[ReqState, int, int, bool]] = []
+        else:
+            entries = plan.entries
+        for _, new, ctx, decode in entries:
             kv = ctx + new
             if decode:
                 dec_n += 1
@@ -305,8 +322,13 @@ class Replica:
         if steps <= 1:
             return 1
         # every request must be able to hold the tokens of all the steps
+        grow = s.cache.grow
         for r, _, _, _ in plan.entries:
-            while steps > 1 and not s.cache.grow(r.req_id, r.computed + steps):
+            while steps > 1 and r.computed + steps > r.kv_cap:
+                cap = grow(r.req_id, r.computed + steps)
+                if cap:
+                    r.kv_cap = cap
+                    break
                 steps //= 2
         return steps
 
@@ -318,18 +340,21 @@ class Replica:
         end = self.env.now
         delay = self.output_delay_s
         finished: list[ReqState] = []
+        token_s = end + delay
+        lazy_past = s.block_tokens if s.lazy_ids else -1  # see Scheduler.commit
         for req, _, _, _ in plan.entries:
             before = req.computed
-            req.computed += steps
+            req.computed = before + steps
             if req.first_token_s is None:  # cannot happen for a decode; kept for safety
                 req.first_token_s = end - (steps - 1) * step_s + delay
             req.itl_runs.append((step_s, steps))
-            req.itl_end_s.append(end + delay)
+            req.itl_end_s.append(token_s)
             req.generated += steps
-            req.last_token_s = end + delay
-            s.commit_cache(req, before, req.computed)
+            req.last_token_s = token_s
+            if lazy_past < 0 or before < len(req.block_hashes) * lazy_past:
+                s.commit_cache(req, before, req.computed)
             if req.generated >= req.request.output_tokens:
-                s.finish(req, end + delay)
+                s.finish(req, token_s)
                 finished.append(req)
         return finished
 

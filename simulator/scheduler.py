@@ -61,7 +61,7 @@ class CacheLike(Protocol):
         remote_tokens: int = 0,
         hit_only: bool = False,
     ) -> bool: ...
-    def grow(self, req_id: int, total_tokens: int) -> bool: ...
+    def grow(self, req_id: int, total_tokens: int) -> int: ...
     def commit(
         self, req_id: int, computed_tokens: int, new_block_hashes: Sequence[int] = ()
     ) -> None: ...
@@ -107,6 +107,9 @@ class ReqState:
     # session's next turn shows which chain ids they carry (Engine renames them then)
     output_hashes: list[int] = field(default_factory=list)
     replica: int = 0
+    # tokens its KV blocks hold without another ``grow`` (what the last one returned; 0 when
+    # it holds none): the scheduler skips the call below it
+    kv_cap: int = 0
     # disaggregation (all unused in aggregated runs)
     remote_tokens: int = 0  # computed tokens once a remote read lands; cleared at admission
     keep_blocks: bool = False  # finished: the scheduler holds its blocks until released
@@ -269,14 +272,17 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            while not grow(req.req_id, computed + num_new + k):
-                victim = running[-1]
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is req:
-                    break
-            if req.status is not Status.RUNNING:
-                continue  # it preempted itself
+            need = computed + num_new + k
+            if need > req.kv_cap:
+                while not (cap := grow(req.req_id, need)):
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        break
+                if req.status is not Status.RUNNING:
+                    continue  # it preempted itself
+                req.kv_cap = cap
             entries.append((req, num_new, computed, decode))
             budget -= num_new
             i += 1
@@ -287,8 +293,9 @@ class Scheduler:
             while self.holding and budget > 0 and len(self.running) < self.max_num_seqs:
                 req = self.holding[0]
                 num_new = self._num_new(req, budget)
-                if not self.cache.grow(req.req_id, req.computed + num_new + self.k):
+                if not (cap := self.cache.grow(req.req_id, req.computed + num_new + self.k)):
                     break
+                req.kv_cap = cap
                 self.holding.popleft()
                 self._run(req, num_new, entries)
                 budget -= num_new
@@ -332,8 +339,8 @@ class Scheduler:
                 num_new = self._num_new(req, budget)
                 # admission held only the hit: the first chunk's blocks (they fit: the whole
                 # prompt did)
-                grown = self.cache.grow(req.req_id, req.computed + num_new + self.k)
-                assert grown, "a prompt that fitted at admission must fit its first chunk"
+                req.kv_cap = self.cache.grow(req.req_id, req.computed + num_new + self.k)
+                assert req.kv_cap, "a prompt that fitted at admission must fit its first chunk"
                 self._run(req, num_new, entries)
                 budget -= num_new
         return StepPlan(entries, preempted, started)
@@ -351,16 +358,30 @@ class Scheduler:
         same delay for every step, so a request's token times never go backwards.
         """
         finished: list[ReqState] = []
+        # lazy ids: a commit past the prompt's chain-id blocks has nothing to cache
+        lazy_past = self.block_tokens if self.lazy_ids else -1
         for req, num_new, _, _ in plan.entries:
             before = req.computed
-            req.computed += num_new
-            sampled = req.computed >= req.num_tokens
+            computed = before + num_new
+            total = req.prompt_tokens + req.generated  # num_tokens, inlined (hot loop)
+            sampled = computed >= total
             if sampled:
-                drafts = req.computed - req.num_tokens  # scheduled drafts past the sequence
+                drafts = computed - total  # scheduled drafts past the sequence
                 took = accepted(drafts) if accepted is not None and drafts > 0 else 0
-                req.computed -= drafts - took
-                self._emit(req, took + 1, token_s)
-            self.commit_cache(req, before, min(req.computed, req.num_tokens))
+                computed -= drafts - took
+                req.computed = computed
+                if took == 0 and req.first_token_s is not None:  # one token: _emit, inlined
+                    req.itl_runs.append((token_s - req.last_token_s, 1))  # type: ignore[operator]
+                    req.itl_end_s.append(token_s)
+                    req.last_token_s = token_s
+                    req.generated += 1
+                else:
+                    self._emit(req, took + 1, token_s)
+                total = req.prompt_tokens + req.generated
+            else:
+                req.computed = computed
+            if lazy_past < 0 or before < len(req.block_hashes) * lazy_past:
+                self.commit_cache(req, before, min(computed, total))
             # only a step that sampled can finish a request: one asking for no output tokens
             # still runs its whole prompt (its "first token" is then its finish)
             if sampled and req.generated >= req.request.output_tokens:
@@ -448,6 +469,7 @@ class Scheduler:
         self.running.remove(req)
         self._name_output_blocks(req)
         self.cache.free(req.req_id)
+        req.kv_cap = 0
         req.computed = 0
         req.preemptions += 1
         req.status = Status.WAITING

@@ -156,17 +156,24 @@ class BlockPool:
         if n > self._num_free:
             return None
         out: list[int] = []
-        nxt, prev, ref, hashes = self._next, self._prev, self._ref, self._hash
-        for _ in range(n):
-            b = nxt[_SENTINEL]
+        nxt, ref, hashes, kinds = self._next, self._ref, self._hash, self._kind
+        b = _SENTINEL
+        for _ in range(n):  # pop n from the front; relink the sentinel once after
+            b = nxt[b]
+            h = hashes[b]
+            if h is not None:  # _maybe_evict_cached_block
+                if h == SINK:  # never mapped: _drop_hash's first case, inlined
+                    hashes[b] = None
+                    self._num_hashed -= 1
+                else:
+                    self._drop_hash(b)
+            ref[b] = 1
+            kinds[b] = kind
+            out.append(b)
+        if n:
             n2 = nxt[b]
             nxt[_SENTINEL] = n2
-            prev[n2] = _SENTINEL
-            if hashes[b] is not None:  # _maybe_evict_cached_block
-                self._drop_hash(b)
-            ref[b] = 1
-            self._kind[b] = kind
-            out.append(b)
+            self._prev[n2] = _SENTINEL
         self._num_free -= n
         self._used_kind[kind] += n
         return out
@@ -187,7 +194,8 @@ class BlockPool:
         A block reaching ref 0 goes to the tail of the free queue if it carries a hash (evicted
         last) or to the front if it does not (reused first). Pass a request's blocks tail first.
         """
-        ref, hashes = self._ref, self._hash
+        ref, hashes, nxt, prev = self._ref, self._hash, self._next, self._prev
+        kinds, used = self._kind, self._used_kind
         for b in blocks:
             r = ref[b] - 1
             if r < 0:
@@ -195,11 +203,19 @@ class BlockPool:
             ref[b] = r
             if r == 0:
                 self._num_free += 1
-                self._used_kind[self._kind[b]] -= 1
-                if hashes[b] is not None:
-                    self._append(b)
-                else:
-                    self._prepend(b)
+                used[kinds[b]] -= 1
+                if hashes[b] is not None:  # _append, inlined
+                    tail = prev[_SENTINEL]
+                    nxt[tail] = b
+                    prev[b] = tail
+                    nxt[b] = _SENTINEL
+                    prev[_SENTINEL] = b
+                else:  # _prepend, inlined
+                    head = nxt[_SENTINEL]
+                    prev[head] = b
+                    nxt[b] = head
+                    prev[b] = _SENTINEL
+                    nxt[_SENTINEL] = b
 
     def cache(self, block: int, h: int, space: int = 0) -> bool:
         """Give ``block`` the hash ``h`` in ``space`` (``BlockPool.cache_full_blocks``).
@@ -220,6 +236,23 @@ class BlockPool:
         self._space[block] = space
         self._num_hashed += 1
         return True
+
+    def cache_many(self, blocks: Sequence[int], hashes: Sequence[int], space: int = 0) -> None:
+        """``cache(blocks[i], hashes[i], space)`` for each i, in order (one call per run of
+        blocks: a request's newly full blocks)."""
+        own, spaces, m = self._hash, self._space, self._maps[space]
+        for block, h in zip(blocks, hashes, strict=True):
+            if own[block] is not None:
+                continue
+            if h == SINK:
+                pass
+            elif h in m:
+                self._dups[space].setdefault(h, []).append(block)
+            else:
+                m[h] = block
+            own[block] = h
+            spaces[block] = space
+            self._num_hashed += 1
 
     def lookup(self, h: int, space: int = 0) -> int | None:
         """The block caching ``h`` in ``space`` (in use or free), or None."""

@@ -281,18 +281,22 @@ class KVCacheManager:
         assert drafts is not None
         r.running, r.drafts = running, drafts
 
-    def grow(self, req_id: Hashable, total_tokens: int) -> bool:
+    def grow(self, req_id: Hashable, total_tokens: int) -> int:
         """Make a running request hold blocks for ``total_tokens`` (computed + scheduled +
-        lookahead; ``allocate_slots`` for a running request). False, changing nothing, if the
-        free blocks do not suffice: the scheduler preempts."""
+        lookahead; ``allocate_slots`` for a running request). 0, changing nothing, if the
+        free blocks do not suffice: the scheduler preempts.
+
+        Else the tokens the request can reach without another call: its blocks' capacity,
+        which only a later ``grow``, ``free`` or (recurrent groups) a state page it could not
+        re-take at a crossing changes; so with recurrent groups exactly ``total_tokens``."""
         r = self._reqs[req_id]
         if total_tokens <= r.cap_tokens and not r.short:
-            return True
+            return total_tokens if self._s else r.cap_tokens
         c, pool = self.config, self.pool
         add = max(self._attn_blocks(total_tokens) - (len(r.attn[0]) if r.attn else 0), 0)
         swa_add = max(self._swa_blocks(total_tokens) - (len(r.swa[0]) if r.swa else 0), 0)
         if self._f * add + c.swa_groups * swa_add + r.short > pool.num_free:
-            return False
+            return 0
         for blocks in r.attn:
             new = pool.allocate(add, ATTN_KIND)
             assert new is not None
@@ -307,7 +311,7 @@ class KVCacheManager:
             r.prev, r.short = prev, 0
         self._set_capacity(r)
         self.version += 1
-        return True
+        return total_tokens if self._s else r.cap_tokens
 
     # ------------------------------------------------------------------ progress / release
 
@@ -341,10 +345,9 @@ class KVCacheManager:
         if self._f:
             full = min(full, len(r.attn[0]))
             if full > r.num_cached:
-                cache = self.pool.cache
+                cache_many, lo = self.pool.cache_many, r.num_cached
                 for g, blocks in enumerate(r.attn):
-                    for i in range(r.num_cached, full):
-                        cache(blocks[i], hashes[i], g)
+                    cache_many(blocks[lo:full], hashes[lo:full], g)
                 r.num_cached = full
             if self.cpu is not None:
                 limit = min(full, r.prompt_tokens // blk) if c.offload_prompt_only else full

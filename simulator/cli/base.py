@@ -280,12 +280,3 @@ def print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
 
 def gib(x: float) -> str:
     return f"{x / GIB:,.1f}"
-
-
-def main() -> None:
-    """Console entry point (``plan``)."""
-    app()
-
-
-if __name__ == "__main__":
-    main()

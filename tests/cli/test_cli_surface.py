@@ -134,3 +134,40 @@ def test_every_error_of_a_file_is_its_own_line(tmp_path: Path) -> None:
         assert line.startswith(f"error: {f}: "), line
     assert "more error" not in stderr
     assert "Traceback" not in stderr
+
+
+def test_every_command_has_its_module() -> None:
+    """``plan CMD`` imports only ``COMMAND_MODULES[CMD]``: each top-level command must be
+    there, and importing that module alone must register it (a fresh interpreter per module;
+    a module may register more through its own imports)."""
+    import simulator.cli as cli
+
+    top = {name for name, _ in typer.main.get_command(app).commands.items()}
+    assert top == set(cli.COMMAND_MODULES)
+    for module in sorted(set(cli.COMMAND_MODULES.values())):
+        code = (
+            "import typer\nfrom simulator.cli import _app\n"
+            f"print(' '.join(sorted(typer.main.get_command(_app(({module!r},))).commands)))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+        want = sorted(c for c, m in cli.COMMAND_MODULES.items() if m == module)
+        assert set(want) <= set(out), module
+
+
+def test_plan_run_imports_no_planner(tmp_path: Path) -> None:
+    """The lazy entry point: `plan run --help` loads the run command, not the planner or
+    the other commands' modules; `plan --help` still lists every command."""
+    code = (
+        "import sys\nsys.argv = ['plan', 'run', '--help']\nfrom simulator.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('simulator.planner',"
+        " 'simulator.cli.search', 'simulator.cli.ops'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    code, stdout, _ = plan("--help")
+    assert code == 0
+    for name in ("run", "search", "size", "validate", "workload"):
+        assert name in stdout
