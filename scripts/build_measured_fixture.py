@@ -53,6 +53,8 @@ def subset(name: str, df: pd.DataFrame) -> pd.DataFrame:
         ]
     if name in ("custom_allreduce", "nccl"):
         return df[df["num_gpus"].isin([2, 8])]
+    if name == "moe_a2a":
+        return df[(df["hidden_size"] == 7168) & (df["topk"] == 8) & (df["num_experts"] == 256)]
     raise KeyError(name)
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from simulator import sparse_attention
+from simulator import expert_parallel, sparse_attention
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
@@ -304,11 +304,7 @@ def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(ar
         for n, what in ((la.num_v_heads, "value"), (la.num_k_heads, "key")):
             if n % serving.tp:
                 fail("tp", f"tp {serving.tp} does not divide the {n} {la.kind} {what} heads")
-    if serving.ep > 1:
-        if card.moe is None:
-            fail("ep", f"{card.name} has no experts to place with expert parallelism")
-        elif card.moe.num_experts % serving.ep:
-            fail("ep", f"ep {serving.ep} does not divide the {card.moe.num_experts} experts")
+    expert_parallel.check_card(card, serving, fail)  # ep, EPLB, latent-MoE placement
     if serving.dcp > 1 and not any(k in FULL_ATTENTION_KINDS for k in card.layer_kinds):
         fail("dcp", f"{card.name} has no full-attention layers to shard with DCP")
     if serving.dcp > 1 and card.mla is None and card.gqa is not None:
@@ -379,6 +375,7 @@ def check_device(
     domain = device.scale_up.domain_size if device.scale_up is not None else 1
     if serving.tp > domain:
         fail("tp", f"tp {serving.tp} exceeds the scale-up domain of {device.name} ({domain} GPUs)")
+    expert_parallel.check_device(serving, device, fail)
     usable = device.usable_memory_bytes
     for field in ("kv_cache_memory_bytes", "runtime_reserve_bytes"):
         value = getattr(serving, field)

@@ -105,24 +105,34 @@ def _linear_layer(card: ModelCard, tp: int) -> ParamSplit:
     return ParamSplit(sharded / tp, replicated)
 
 
-def _moe_layer(card: ModelCard, tp: int, ep: int) -> dict[ModuleGroup, ParamSplit]:
+def _moe_layer(
+    card: ModelCard, tp: int, ep: int, redundant: int = 0, latent_split: bool = False
+) -> dict[ModuleGroup, ParamSplit]:
     moe = card.moe
     assert moe is not None
     d = card.hidden_size
     d_routed = moe.routed_hidden_size or d
     mats = card.mlp_matrices  # gate, up, down (SwiGLU) or up, down (relu2)
-    routed = moe.num_experts * mats * d_routed * moe.expert_intermediate_size
+    if ep > 1:  # (num_experts + EPLB's redundant copies) / ep whole experts per rank
+        physical = moe.num_experts + redundant
+        routed = physical * mats * d_routed * moe.expert_intermediate_size / ep
+    else:  # every expert TP-sharded on its intermediate dimension
+        routed = moe.num_experts * mats * d_routed * moe.expert_intermediate_size / tp
     out: dict[ModuleGroup, ParamSplit] = {
         "router": ParamSplit(0.0, d * moe.num_experts),
-        "routed_experts": ParamSplit(routed / (ep if ep > 1 else tp), 0.0),
+        "routed_experts": ParamSplit(routed, 0.0),
     }
     if moe.num_shared_experts:
         shared_i = moe.shared_intermediate_size or moe.expert_intermediate_size
         out["shared_experts"] = ParamSplit(moe.num_shared_experts * mats * d * shared_i / tp, 0.0)
     if moe.routed_hidden_size is not None:
-        # hidden -> latent before the routed experts and latent -> hidden after. Assumption:
-        # replicated on every rank (the routed experts need the whole latent vector).
-        out["moe_latent"] = ParamSplit(0.0, 2 * d * moe.routed_hidden_size)
+        # hidden -> latent before the routed experts and latent -> hidden after: replicated
+        # on every rank (the default), or split over the TP ranks on the latent dimension
+        # (serving.latent_moe_projection "rank_split": 1/tp of both on each rank)
+        latent = 2 * d * moe.routed_hidden_size
+        out["moe_latent"] = (
+            ParamSplit(latent / tp, 0.0) if latent_split else ParamSplit(0.0, latent)
+        )
     return out
 
 
@@ -133,9 +143,17 @@ def _dense_mlp_layer(card: ModelCard, tp: int) -> ParamSplit:
 
 
 def params_per_gpu(
-    card: ModelCard, tp: int = 1, ep: int = 1, mtp: bool = False
+    card: ModelCard,
+    tp: int = 1,
+    ep: int = 1,
+    mtp: bool = False,
+    redundant_experts: int = 0,
+    latent_split: bool = False,
 ) -> dict[ModuleGroup, ParamSplit]:
-    """Parameters each GPU holds, by module group (tp=ep=1: the whole model)."""
+    """Parameters each GPU holds, by module group (tp=ep=1: the whole model).
+    ``redundant_experts``: EPLB's extra physical experts per MoE layer (with ep > 1);
+    ``latent_split``: latent-MoE projections split over the TP ranks."""
+    moe_args = (tp, ep, redundant_experts, latent_split)
     groups: dict[ModuleGroup, ParamSplit] = defaultdict(ParamSplit)
     vocab = card.vocab_size * card.hidden_size / tp  # vocab-parallel embedding and lm_head
     groups["embedding"] = ParamSplit(vocab, 0.0)
@@ -151,21 +169,22 @@ def params_per_gpu(
                 attention_cache[kind] = _attention_layer(card, kind, tp)
             groups["attention"] += attention_cache[kind]
         if is_moe:
-            for name, split in _moe_layer(card, tp, ep).items():
+            for name, split in _moe_layer(card, *moe_args).items():
                 groups[name] += split
         elif not no_mlp:
             groups["dense_mlp"] += _dense_mlp_layer(card, tp)
     if mtp and card.mtp_layers:
-        groups["mtp"] = _mtp_params(card, tp, ep).scaled(card.mtp_layers)
+        groups["mtp"] = _mtp_params(card, moe_args).scaled(card.mtp_layers)
     return dict(groups)
 
 
-def _mtp_params(card: ModelCard, tp: int, ep: int) -> ParamSplit:
+def _mtp_params(card: ModelCard, moe_args: tuple[int, int, int, bool]) -> ParamSplit:
     """One MTP module: a full-attention decoder layer with the last layer's MLP + eh_proj."""
+    tp = moe_args[0]
     full_kind = next(k for k in reversed(card.layer_kinds) if k in ATTENTION_KINDS)
     layer = _attention_layer(card, full_kind, tp)
     if card.moe_layer_mask[-1]:
-        for split in _moe_layer(card, tp, ep).values():
+        for split in _moe_layer(card, *moe_args).values():
             layer += split
     else:
         layer += _dense_mlp_layer(card, tp)
@@ -185,7 +204,11 @@ def weights_per_gpu(card: ModelCard, serving: ServingConfig) -> list[GroupWeight
     """Bytes each GPU holds per module group, at the serving (or the card's) precision."""
     use_mtp = serving.speculative is not None and serving.speculative.method == "mtp"
     out = []
-    for group, split in params_per_gpu(card, serving.tp, serving.ep, mtp=use_mtp).items():
+    split_latent = serving.latent_moe_projection == "rank_split"
+    per_gpu = params_per_gpu(
+        card, serving.tp, serving.ep, use_mtp, serving.eplb_redundant_experts, split_latent
+    )
+    for group, split in per_gpu.items():
         precision = precision_of(card, serving, group)
         out.append(
             GroupWeights(

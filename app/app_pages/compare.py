@@ -205,7 +205,12 @@ def show(space: SearchSpace, result: runs.SweepResult, key: str) -> None:
             f"{b.config_id.removeprefix(device + '-')} at {b.concurrency} users:"
             f" {b.throughput_tok_per_s_per_gpu:,.0f} tok/s/GPU,"
             f" P90 {b.interactivity_p90:,.1f} tok/s/user"
-            + (f"; {int(b.nodes)} nodes for {space.demand_users:,} users" if "nodes" in b else "")
+            + (
+                f"; {int(b.units)} {b.unit}{'' if int(b.units) == 1 else 's'}"  # racks on NVL72
+                f" for {space.demand_users:,} users"
+                if "units" in b and "unit" in b
+                else ""
+            )
         )
     figs = figures.search_figures(space, table, best)
     for i, fig in enumerate(figs):

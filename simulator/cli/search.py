@@ -180,7 +180,10 @@ BEST = [
 ]  # fmt: skip
 RANKED_BY = {"fleet_usd_per_hour": "the fleet's $ per hour", "tokens_per_usd": "tokens per $",
              "throughput_tok_per_s_per_gpu": "tok/s per GPU"}  # fmt: skip
-FLEET = [("GPUs", "gpus", ",d"), ("nodes", "nodes", ",d"), ("$ per hour", "usd_per_hour", ",.0f")]
+# "nodes / racks": what the fleet is bought by (8-GPU nodes, or NVL72 racks of the scale-up
+# domain: GPUs / 72 rounded up), as plan size counts it (best.csv's `units` and `unit`)
+FLEET = [("GPUs", "gpus", ",d"), ("nodes / racks", "units_bought", ">"),
+         ("$ per hour", "usd_per_hour", ",.0f")]  # fmt: skip
 
 
 def _cell(value: Any, spec: str) -> str:
@@ -223,6 +226,10 @@ def best_tables(space: "SearchSpace", best: "pd.DataFrame", width: int) -> list[
         " intervals in report.md); the SLO holds on every seed"
     )
     rows = best.to_dict(orient="records")
+    for row in rows:
+        if "units" in row and "unit" in row and row["units"] == row["units"]:
+            n = int(row["units"])
+            row["units_bought"] = f"{n:,d} {row['unit']}{'' if n == 1 else 's'}"
 
     def table(title: str, columns: list[tuple[str, str, str]], caption: str | None) -> Table:
         t = Table(title=title, caption=caption)
@@ -232,7 +239,8 @@ def best_tables(space: "SearchSpace", best: "pd.DataFrame", width: int) -> list[
             t.add_row(*(_cell(row.get(col), spec) for _, col, spec in columns))
         return t
 
-    fleet = [c for c in FLEET if c[1] in best.columns] if demand else []
+    have = {*best.columns, "units_bought"} if "units" in best.columns else set(best.columns)
+    fleet = [c for c in FLEET if c[1] in have] if demand else []
     columns = [c for c in BEST if c[1] in best.columns]
     one = table(f"{title}; fleet for {demand}" if fleet else title, columns + fleet, caption)
     if not fleet or natural_width(one) <= width:

@@ -7,12 +7,12 @@ it, the rest go through the latency models' roofline / fitted forms in one vecto
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.cost import ops, sparse_ops
+from simulator.cost import moe_ep, ops, sparse_ops
 from simulator.cost.lookups import causal_length
 from simulator.cost.mamba2 import add_mamba2_lines
 from simulator.cost.ops import OpClass, Work
@@ -99,6 +99,16 @@ class StepOps:
             curve = self.look.collective(self.prefix + name, cls, float(world))
             self.colls.append((self.prefix + name, cls, count, bytes_per_rank, float(world), curve))
             self.dyn_colls.append(dynamic)
+
+    def collective_curve(
+        self, name: str, cls: OpClass, count: float, bytes_per_rank: float, world: int, curve: Any
+    ) -> None:
+        """A collective priced by ``curve`` (``seconds(bytes)``, ``status``, query counts:
+        ``moe_ep.AllToAllCurve``) instead of the device's table or prior."""
+        if self.static_off or count <= 0 or world <= 1 or bytes_per_rank <= 0:
+            return
+        self.colls.append((self.prefix + name, cls, count, bytes_per_rank, float(world), curve))
+        self.dyn_colls.append(False)
 
     def gemm(
         self,
@@ -435,52 +445,7 @@ class StepOps:
         self.collective("mlp_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, m.serving.tp)
 
     def _moe(self, n: float) -> None:
-        m, t = self.m, self.t
-        card, serving = m.card, m.serving
-        moe = card.moe
-        assert moe is not None
-        tp, ep = serving.tp, serving.ep
-        d = float(card.hidden_size)
-        dr = float(moe.routed_hidden_size or card.hidden_size)
-        bf16 = m.device.peak_flops_per_s.bf16
-        self.gemm("moe.router", "moe", n, t, moe.num_experts, d, "router")
-        if moe.routed_hidden_size:
-            self.gemm("moe.latent_down", "moe", n, t, dr, d, "moe_latent")
-            self.gemm("moe.latent_up", "moe", n, t, d, dr, "moe_latent")
-        # with EP every rank sees the tokens of all DP ranks (same batch assumed on each)
-        tokens = t * serving.dp if ep > 1 else t
-        work = ops.moe(
-            tokens, dr, moe.expert_intermediate_size, moe.num_experts, moe.top_k,
-            ep, 1 if ep > 1 else tp, self.wbytes("routed_experts"), float(card.mlp_matrices),
-        )  # fmt: skip
-        precision = precision_of(card, serving, "routed_experts")
-        curve = self.look.moe(self.prefix + "moe.routed_experts", precision, dr, tp, ep)
-        self.add(
-            "moe.routed_experts", "moe", "moe", n, work, self.peak("routed_experts"),
-            curve, (tokens,),
-        )  # fmt: skip
-        if moe.num_shared_experts:
-            si = (
-                moe.num_shared_experts
-                * (moe.shared_intermediate_size or moe.expert_intermediate_size)
-                / tp
-            )
-            if card.gated_mlp:
-                self.gemm("moe.shared_gate_up", "moe", n, t, 2 * si, d, "shared_experts")
-            else:
-                self.gemm("moe.shared_up", "moe", n, t, si, d, "shared_experts")
-            self.gemm("moe.shared_down", "moe", n, t, d, si, "shared_experts")
-        if curve is None:  # the measured MoE includes the activation and the weighted sum
-            self.add(
-                "moe.act_sum", "elementwise", "moe", n,
-                ops.elementwise(t * moe.top_k * dr, 4.0), bf16,
-            )  # fmt: skip
-        if ep > 1 and serving.dp > 1:
-            disp = t * moe.top_k * dr * ops.ACT_BYTES
-            self.collective("moe.dispatch_alltoall", "alltoall", n, disp, ep)
-            self.collective("moe.combine_alltoall", "alltoall", n, disp, ep)
-        else:
-            self.collective("moe_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, tp)
+        moe_ep.record_moe(self, n)  # simulator/cost/moe_ep.py: experts, EP, latent MoE
 
     def _head(self) -> None:
         m, s, t = self.m, self.s, self.t
@@ -593,6 +558,9 @@ class StepOps:
         for i, entry in items:
             curve = entry[0] if isinstance(entry, tuple) else entry
             if curve is None:
+                continue
+            if getattr(curve, "prior", False):  # a roofline in a curve's clothes (moe_ep)
+                tally["prior"] += float(total[i])
                 continue
             inside = measured and curve.status == 0 and not curve.last_outside
             tally["measured" if inside else "fitted"] += float(total[i])

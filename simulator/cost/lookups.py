@@ -103,7 +103,17 @@ class Lookups:
             return None
         return self._bind(name, "bmm", {"which": which}, {"num_heads": heads}, ("num_tokens",))
 
-    def moe(self, name: str, precision: str, hidden: float, tp: int, ep: int) -> Curve | None:
+    def moe(
+        self,
+        name: str,
+        precision: str,
+        hidden: float,
+        tp: int,
+        ep: int,
+        num_experts: float | None = None,
+    ) -> Curve | None:
+        """``num_experts``: the physical experts the EP group holds (EPLB's redundant copies
+        included); None: the card's."""
         moe = self.card.moe
         assert moe is not None
         family = {
@@ -111,7 +121,7 @@ class Lookups:
             "hidden": hidden,
             "inter": moe.expert_intermediate_size,
             "topk": moe.top_k,
-            "num_experts": moe.num_experts,
+            "num_experts": moe.num_experts if num_experts is None else num_experts,
             "tp": 1 if ep > 1 else tp,
             "ep": ep,
             "distribution": moe_distribution(self.card, self.serving),
@@ -169,3 +179,19 @@ class Lookups:
 
     def collective(self, name: str, op_class: str, world: float) -> Curve | None:
         return self._bind(name, op_class, {"world": world}, {}, ("bytes",))
+
+    def moe_alltoall(
+        self, name: str, backend: str, phase: str, world: float
+    ) -> tuple[Curve | None, float]:
+        """vLLM's DeepEP dispatch or combine (the ``moe_a2a`` table), bound at the measured
+        EP size nearest ``world`` (the tables hold one per system: 4 on GB200 / GB300, 8 on
+        HGX), and that size; (None, 0) where the device has no such table."""
+        model = self.tables.models.get("moe_alltoall") if self.tables is not None else None
+        if model is None or "alltoall" in self.skip:
+            return None, 0.0
+        near = model.nearest(model.family(world=world, backend=backend, phase=phase))
+        if near is None:
+            return None, 0.0
+        measured = float(near[0])
+        family = {"world": measured, "backend": backend, "phase": phase}
+        return self._bind(name, "moe_alltoall", family, {}, ("bytes",)), measured

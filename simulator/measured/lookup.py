@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 Array = NDArray[np.float64]
 Family = tuple[Any, ...]
 MEASURED, EXTRAPOLATED, TRANSFERRED = 0, 1, 2
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "moe_alltoall")
 FIT_ROWS = 3000  # rows the baseline is fitted on (an even subsample: the fit is smooth)
 
 

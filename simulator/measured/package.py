@@ -39,6 +39,7 @@ TABLE_FILES: dict[str, tuple[str, str, str]] = {
     "gdn": ("linear_attention", "vllm", "gdn_perf.parquet"),
     "custom_allreduce": ("comm", "vllm", "custom_allreduce_perf.parquet"),
     "nccl": ("comm", "nccl", "nccl_perf.parquet"),
+    "moe_a2a": ("comm", "vllm", "moe_a2a_perf.parquet"),  # DeepEP dispatch / combine
 }
 
 

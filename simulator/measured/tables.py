@@ -45,7 +45,10 @@ NCCL_OPS = {
     "all_gather": "allgather",
     "reduce_scatter": "reducescatter",
     "alltoall": "alltoall",
+    "moe_alltoall": "alltoall",
 }
+# DeepEP modes of the MoE all-to-all table -> vLLM's --all2all-backend names
+A2A_BACKENDS = {"deepep_ht": "deepep_high_throughput", "deepep_ll": "deepep_low_latency"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ KINDS: dict[str, KindSpec] = {
     "allgather": KindSpec(("world",), ("bytes",), ("bytes",)),
     "reducescatter": KindSpec(("world",), ("bytes",), ("bytes",)),
     "alltoall": KindSpec(("world",), ("bytes",), ("bytes",)),
+    # vLLM's DeepEP dispatch / combine (world first: the collectives' baseline reads it)
+    "moe_alltoall": KindSpec(("world", "backend", "phase"), ("bytes",), ("bytes",)),
 }
 
 
@@ -118,7 +123,10 @@ KIND_CLASS = {
     "allgather": "allgather",
     "reducescatter": "reducescatter",
     "alltoall": "alltoall",
+    "moe_alltoall": "alltoall",
 }
+# DeepEP modes of the MoE all-to-all table -> vLLM's --all2all-backend names
+A2A_BACKENDS = {"deepep_ht": "deepep_high_throughput", "deepep_ll": "deepep_low_latency"}
 
 
 @dataclass
@@ -331,6 +339,24 @@ def _nccl(tf: TableFile, out: Frames) -> None:
         out.add(kind, frame, tf)
 
 
+def _moe_a2a(tf: TableFile, out: Frames) -> None:
+    """vLLM's DeepEP dispatch and combine within one node (``collector/vllm`` wideep):
+    ``num_tokens`` is one rank's tokens (its attention batch), ``latency`` microseconds.
+    The axis is the planner's all-to-all bytes per rank, the routed copies the rank sends:
+    num_tokens x topk x hidden x 2 (bf16), whatever the kernel's wire format (LL sends FP8:
+    the measured time has it), so hidden sizes and top-k of the table share one curve."""
+    nums = ("ep_size", "node_num", "num_tokens", "hidden_size", "topk", "latency")
+    df = read_table(tf, ("comm_backend", "phase"), nums)
+    df = df[df["comm_backend"].isin(list(A2A_BACKENDS)) & (df["node_num"] == 1)]
+    frame = df.assign(
+        world=df["ep_size"],
+        backend=df["comm_backend"].map(A2A_BACKENDS),
+        bytes=df["num_tokens"] * df["topk"] * df["hidden_size"] * 2.0,
+        seconds=df["latency"].astype(float) * US,
+    )
+    out.add("moe_alltoall", frame, tf)
+
+
 READERS: dict[str, Callable[[TableFile, Frames], None]] = {
     "gemm": _gemm,
     "mla_bmm": _bmm,
@@ -343,6 +369,7 @@ READERS: dict[str, Callable[[TableFile, Frames], None]] = {
     "gdn": lambda tf, out: _linear(tf, out, "gdn"),
     "custom_allreduce": _custom_allreduce,
     "nccl": _nccl,  # after custom_allreduce (dict order): all-reduce from vLLM's table first
+    "moe_a2a": _moe_a2a,
 }
 
 

@@ -127,7 +127,7 @@ def prior_seconds(kind: str, frame: Any, profile: HardwareProfile) -> Array | No
         x = {a: coords[:, j] for j, a in enumerate(spec.axes)}
         if kind in COLLECTIVES:
             out[pos] = lat.collective_seconds(
-                kind, x["bytes"], np.full(len(pos), fam[0]), prior=True
+                KIND_CLASS[kind], x["bytes"], np.full(len(pos), fam[0]), prior=True
             )
             continue
         flops, moved, peak, kernels = work(

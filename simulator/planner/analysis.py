@@ -339,8 +339,8 @@ def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> p
                 if not 0 <= j < len(values):
                     continue
                 same = runs[(runs.device == b.device) & (runs.concurrency == b.concurrency)]
-                for other in KNOBS:
-                    if other != knob:
+                for other in KNOBS:  # (runs of older versions lack the newer knobs)
+                    if other != knob and other in same.columns:
                         same = same[_equal(same[other], b[other])]
                 moved = same[_equal(same[knob], values[j])]
                 if moved.empty:

@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -46,7 +46,14 @@ from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.loading import SpecError, first_error
 from simulator.specs.scenario import SLO, Disaggregation, Scenario, WorkloadSpec
-from simulator.specs.serving import ServingConfig, SpeculativeConfig
+from simulator.specs.serving import (
+    All2AllBackend,
+    LatentPlacement,
+    ServingConfig,
+    SpeculativeConfig,
+)
+
+_MISSING = object()
 
 
 class Sweep(Spec):
@@ -60,6 +67,16 @@ class Sweep(Spec):
     max_num_seqs: list[PositiveInt | None] = Field(default=[None], min_length=1)
     max_num_batched_tokens: list[PositiveInt | None] = Field(default=[None], min_length=1)
     speculative: list[SpeculativeConfig | None] = Field(default=[None], min_length=1)
+    # wide EP and latent MoE (docs/rack-scale.md): EPLB's redundant experts, the busiest EP
+    # rank's load over the mean, the EP dispatch backend, the latent projections' placement
+    eplb_redundant_experts: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=lambda: [0], min_length=1
+    )
+    moe_load_imbalance: list[Annotated[float, Field(ge=1.0)]] = Field(
+        default_factory=lambda: [1.0], min_length=1
+    )
+    all2all_backend: list[All2AllBackend] = Field(default=["generic"], min_length=1)
+    latent_moe_projection: list[LatentPlacement] = Field(default=["replicated"], min_length=1)
     # prefill/decode splits to try; null = aggregated (dp replicas)
     disaggregation: list[Disaggregation | None] = Field(default=[None], min_length=1)
     # values listed more than once (dropped, the first kept), for expand's note
@@ -89,8 +106,18 @@ class Sweep(Spec):
 
 
 KNOBS = ("tp", "dcp", "dp", "ep", "cpu_offload_bytes", "max_num_seqs",
-         "max_num_batched_tokens", "speculative", "disaggregation")  # fmt: skip
+         "max_num_batched_tokens", "speculative", "eplb_redundant_experts",
+         "moe_load_imbalance", "all2all_backend", "latent_moe_projection",
+         "disaggregation")  # fmt: skip
 SERVING_KNOBS = KNOBS[:-1]  # the ones that are ServingConfig fields
+# knobs added after configuration ids were first published: at these values they stay out
+# of an id's hash (so the ids of earlier searches do not change)
+LATER_KNOB_DEFAULTS: dict[str, Any] = {
+    "eplb_redundant_experts": 0,
+    "moe_load_imbalance": 1.0,
+    "all2all_backend": "generic",
+    "latent_moe_projection": "replicated",
+}
 
 
 class SearchSpace(Spec):
@@ -272,6 +299,15 @@ def knob_label(knobs: dict[str, Any]) -> str:
     spec = knobs["speculative"]
     if spec:
         parts.append(f"{spec['method']}{spec['num_speculative_tokens']}")
+    if knobs.get("eplb_redundant_experts"):
+        parts.append(f"eplb{knobs['eplb_redundant_experts']}")
+    if knobs.get("moe_load_imbalance", 1.0) != 1.0:
+        parts.append(f"imb{knobs['moe_load_imbalance']:g}")
+    backend = knobs.get("all2all_backend", "generic")
+    if backend != "generic":
+        parts.append({"deepep_high_throughput": "deepep-ht"}.get(backend, "deepep-ll"))
+    if knobs.get("latent_moe_projection", "replicated") != "replicated":
+        parts.append("latent-split")
     d = knobs.get("disaggregation")
     if d:
         parts.append(disaggregation_text(d).lower().replace(" ", "-").replace("send-back", "sb"))
@@ -324,7 +360,8 @@ def knob_values(space: SearchSpace, source: str = "(search)") -> dict[str, list[
 
 def _knob_hash(knobs: dict[str, Any]) -> str:
     """Six hex digits of the canonical knob values (float repr keeps 1e9 != 1.0000001e9)."""
-    text = json.dumps(knobs, sort_keys=True, default=str)
+    shown = {k: v for k, v in knobs.items() if LATER_KNOB_DEFAULTS.get(k, _MISSING) != v}
+    text = json.dumps(shown, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 

@@ -19,6 +19,9 @@ from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import KvCacheDtype, StateDtype, WeightPrecision
 
 GIB = 1 << 30
+# vLLM --all2all-backend values the planner prices ("generic": its own two all-to-alls)
+All2AllBackend = Literal["generic", "deepep_high_throughput", "deepep_low_latency"]
+LatentPlacement = Literal["replicated", "rank_split"]  # latent-MoE projections over TP ranks
 
 
 class SpeculativeConfig(Spec):
@@ -84,6 +87,24 @@ class ServingConfig(Spec):
     # token skew across experts as the measured MoE tables draw it: "auto" = the per-model
     # choice of the tables' SDK (power-law 1.01 for DeepSeek/Kimi-style routers, 1.2 else)
     moe_token_distribution: Literal["auto", "balanced", "power_law_1.01", "power_law_1.2"] = "auto"
+    # Wide expert parallelism (docs/rack-scale.md). Redundant physical experts of vLLM's EPLB
+    # (--enable-eplb, --eplb-config num_redundant_experts): each EP rank holds
+    # (num_experts + eplb_redundant_experts) / ep experts, which must be whole
+    eplb_redundant_experts: int = Field(default=0, ge=0)
+    # the busiest EP rank's routed (token, expert) pairs over the mean rank's (1: balanced);
+    # the routed-expert time of a step is the busiest rank's, and so is the all-to-all's
+    # (it receives that share). No effect at ep 1 (every rank holds a slice of every expert)
+    moe_load_imbalance: float = 1.0
+    # EP dispatch/combine with DP attention (ep = tp x dp, dp > 1): "generic" = two
+    # all-to-alls of every routed token copy (NCCL's all-to-all table, else the alpha-beta
+    # prior); "deepep_high_throughput" / "deepep_low_latency" = vLLM --all2all-backend,
+    # priced from the measured DeepEP tables (aiconfigurator-core moe_a2a) where the device
+    # has them, else the generic form
+    all2all_backend: Literal["generic", "deepep_high_throughput", "deepep_low_latency"] = "generic"
+    # latent MoE (card.moe.routed_hidden_size): the hidden <-> latent projections kept whole
+    # on every TP rank ("replicated") or split across the TP ranks ("rank_split": 1/tp of the
+    # weights and of the GEMMs on each rank, joined by an all-gather and a reduce-scatter)
+    latent_moe_projection: LatentPlacement = "replicated"
     # Prefill/decode disaggregation with send-back (vLLM NixlConnector
     # ``bidirectional_kv_xfer``; used only when the scenario has a ``disaggregation`` block):
     # how long the decode side pins a finished request's blocks for the session's next turn
@@ -114,6 +135,37 @@ class ServingConfig(Spec):
                 " (vLLM expert parallelism spans all TP x DP ranks)"
             )
         return ep
+
+    @field_validator("eplb_redundant_experts")
+    @classmethod
+    def _eplb_needs_ep(cls, redundant: int, info: ValidationInfo) -> int:
+        if redundant and info.data.get("ep", 1) == 1:
+            raise ValueError(
+                f"{redundant} redundant experts need expert parallelism (ep = tp*dp > 1):"
+                " vLLM's EPLB places extra copies of experts on EP ranks"
+            )
+        return redundant
+
+    @field_validator("moe_load_imbalance")
+    @classmethod
+    def _imbalance_at_least_one(cls, imbalance: float) -> float:
+        if imbalance < 1.0:
+            raise ValueError(
+                f"must be >= 1 (the busiest EP rank's routed pairs over the mean rank's; 1 ="
+                f" balanced: no rank is below the mean), got {imbalance:g}"
+            )
+        return imbalance
+
+    @field_validator("all2all_backend")
+    @classmethod
+    def _all2all_needs_dp_ep(cls, backend: str, info: ValidationInfo) -> str:
+        ep, dp = info.data.get("ep", 1), info.data.get("dp", 1)
+        if backend != "generic" and (ep == 1 or dp == 1):
+            raise ValueError(
+                f"{backend} dispatches tokens between DP ranks: it needs ep = tp*dp > 1 with"
+                f" dp > 1 (got ep {ep}, dp {dp}; without DP, EP ends in a TP all-reduce)"
+            )
+        return backend
 
     @field_validator("dcp")
     @classmethod

@@ -87,7 +87,8 @@ def test_the_best_table_ranks_every_device_with_its_fleet(
         assert f"{b['throughput_tok_per_s_per_gpu']:,.0f}" in found
         assert f"{b['interactivity_p90']:,.1f}" in found
         assert f"{b['gpus']:,d}" in found
-        assert f"{b['nodes']:,d}" in found
+        # bought by the unit plan size counts (8-GPU nodes here; NVL72 racks elsewhere)
+        assert f"{b['units']:,d} {b['unit']}{'' if b['units'] == 1 else 's'}" in found
     assert "Fleet for 100 concurrent users" in stdout or "fleet for 100" in stdout
 
 
