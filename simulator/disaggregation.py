@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.cache.prefix import HitLike
-from simulator.cache.transfer import Nics, TransferSizer, reserve, send_back_tokens
+from simulator.cache.transfer import (
+    Nics,
+    TransferCost,
+    TransferSizer,
+    reserve,
+    send_back_tokens,
+)
 from simulator.metrics import PinRecord, TransferRecord
 from simulator.scheduler import ReqState, Status
 
@@ -46,6 +52,14 @@ class DisaggSpec:
     send_back: bool = False
     ttl_s: float = 480.0
     recompute_threshold_tokens: int = 64
+    # per direction, when the pools differ or descriptors cost time (None: ``sizer`` alone,
+    # no descriptor cost): decode reads from prefill ("kv"), prefill from decode ("send_back")
+    kv_cost: TransferCost | None = None
+    back_cost: TransferCost | None = None
+
+    def cost(self, kind: str) -> TransferCost:
+        cost = self.kv_cost if kind == "kv" else self.back_cost
+        return cost if cost is not None else TransferCost(self.sizer)
 
 
 @dataclass(eq=False)
@@ -265,8 +279,17 @@ class PrefillDecode:
     ) -> float:
         assert writer.nics is not None
         assert reader.nics is not None
-        nbytes = self.spec.sizer.bytes_per_gpu(start_tokens, end_tokens)
-        begin, landed = reserve(writer.nics, reader.nics, now_s, nbytes)
+        cost = self.spec.cost(kind)
+        nbytes = cost.sizer.bytes_per_gpu(start_tokens, end_tokens)
+        descriptors = cost.descriptors(start_tokens, end_tokens)
+        begin, landed = reserve(
+            writer.nics,
+            reader.nics,
+            now_s,
+            nbytes,
+            cost.send_bytes(nbytes),
+            descriptors * cost.descriptor_s,
+        )
         self.engine.recorder.on_transfer(
             TransferRecord(
                 kind=kind,
@@ -278,6 +301,7 @@ class PrefillDecode:
                 landed_s=landed,
                 bytes_per_gpu=nbytes,
                 tokens=end_tokens - start_tokens,
+                descriptors=descriptors,
             )
         )
         return landed

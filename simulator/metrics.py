@@ -20,7 +20,10 @@ whether or not its request finished there:
   window; E2E and ``requests_finished`` over those that arrived after the warm-up and
   finished inside it.
 - Prefix-cache hit rate = prompt tokens served from cache / prompt tokens processed, both
-  inside the window. ``recomputed_prompt_tokens`` is over the finished requests counted in
+  inside the window. By tier: ``gpu_hit_rate``, ``cpu_hit_rate`` (the host tier),
+  ``store_hit_rate`` (the remote KV store, ``kv_store``) and, disaggregated, ``remote_hit_rate``
+  (pulled back from the decode side); they sum to ``prefix_hit_rate``.
+  ``recomputed_prompt_tokens`` is over the finished requests counted in
   ``requests_finished``; ``preemptions`` over every finished request, as before.
 - Saturation (``saturated``): the waiting queue (requests not admitted, all replicas; the
   value each step leaves, held until that replica's next step) either grows through the window
@@ -108,6 +111,7 @@ class TransferRecord:
     landed_s: float
     bytes_per_gpu: float
     tokens: int
+    descriptors: int = 0  # NIXL descriptors one reader rank posted
 
 
 @dataclass(slots=True)
@@ -165,6 +169,9 @@ class Pools:
     decode_replicas: int
     gpus_per_replica: int
     num_blocks: int
+    # the prefill pool's, when the pools have their own parallelism (None: as the decode's)
+    prefill_gpus_per_replica: int | None = None
+    prefill_num_blocks: int | None = None
 
 
 class Summary(Frozen):
@@ -194,11 +201,13 @@ class Summary(Frozen):
     e2e_s_p50: float | None
     prefix_hit_rate: float
     gpu_hit_rate: float
-    cpu_hit_rate: float
+    cpu_hit_rate: float  # the host tier's (store loads excluded)
     recomputed_prompt_tokens: int
     preemptions: int
     steps: int
     mean_step_s: float | None
+    # prompt tokens loaded from the remote KV store (kv_store, Mooncake-style) / prompt
+    store_hit_rate: float = 0.0
     # disaggregated runs only (None, or 0, when aggregated)
     remote_hit_rate: float = 0.0  # prompt tokens pulled back from the decode side / prompt
     prefill_gpus: int | None = None
@@ -439,6 +448,12 @@ def summarize(
     step_count = sum(s.steps for s in rec.steps)
     saturated, why = saturation(rec, w0, w1)
     extra = _pool_figures(rec, pools, done, tok, w0, w1, window) if pools is not None else {}
+    # the store's share of the CPU-tier hits, recorded at the same admissions (HitRecord)
+    store = sum(
+        r.store_hit_tokens
+        for r in clients
+        if r.store_hit_s is not None and w0 <= r.store_hit_s <= w1 and w1 > w0
+    )
     return Summary(
         window_s=window,
         window_start_s=w0,
@@ -465,7 +480,8 @@ def summarize(
         e2e_s_p50=_pct(e2e, 50),
         prefix_hit_rate=(tok.gpu + tok.cpu + tok.remote) / prompt if prompt else 0.0,
         gpu_hit_rate=tok.gpu / prompt if prompt else 0.0,
-        cpu_hit_rate=tok.cpu / prompt if prompt else 0.0,
+        cpu_hit_rate=(tok.cpu - store) / prompt if prompt else 0.0,
+        store_hit_rate=store / prompt if prompt else 0.0,
         recomputed_prompt_tokens=sum(r.recomputed_tokens for r in measured),
         preemptions=sum(r.preemptions + r.prefill_preemptions for r in done),
         steps=step_count,
@@ -486,9 +502,11 @@ def _pool_figures(
     """Per-pool throughput over the window (prompt tokens processed per prefill GPU, output
     tokens per decode GPU), KV use of each pool (step-time weighted over the window), and the
     prefill -> decode reads and send-back decisions that happened inside it."""
-    p_gpus = pools.prefill_replicas * pools.gpus_per_replica
+    p_per = pools.prefill_gpus_per_replica or pools.gpus_per_replica
+    p_gpus = pools.prefill_replicas * p_per
     d_gpus = pools.decode_replicas * pools.gpus_per_replica
-    blocks = max(pools.num_blocks, 1)
+    d_blocks = max(pools.num_blocks, 1)
+    p_blocks = max(pools.prefill_num_blocks or pools.num_blocks, 1)
 
     def usage(decode: bool) -> tuple[float | None, float | None, float | None, float | None]:
         rows = [
@@ -499,6 +517,7 @@ def _pool_figures(
         weight = sum(s.step_s for s in rows)
         if not rows or weight <= 0:
             return None, None, None, None
+        blocks = d_blocks if decode else p_blocks
         used = sum(s.kv_blocks_used * s.step_s for s in rows) / weight / blocks
         held = sum(min(s.kv_blocks_held, s.kv_blocks_used) * s.step_s for s in rows) / weight
         peak_used = max(s.kv_blocks_used for s in rows) / blocks

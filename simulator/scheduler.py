@@ -92,6 +92,10 @@ class ReqState:
     gpu_hit_tokens: int = 0
     cpu_hit_tokens: int = 0
     recomputed_tokens: int = 0
+    # of the CPU hit, tokens loaded from the remote KV store, and when (the client's, for a
+    # disaggregated prefill-side request; simulator.cache.remote_tier)
+    store_hit_tokens: int = 0
+    store_hit_s: float | None = None
     accounted: bool = False
     itl_runs: list[tuple[float, int]] = field(default_factory=list)  # (gap s, tokens)
     # per run of ``itl_runs``: when its last token reached the client. A run's tokens arrive
@@ -313,6 +317,10 @@ class Scheduler:
                     req.gpu_hit_tokens = hit.gpu_tokens
                     req.cpu_hit_tokens = hit.cpu_tokens
                     req.recomputed_tokens = hit.recompute_tokens
+                    store = getattr(hit, "store_tokens", 0)
+                    if store:  # remote KV store (simulator.cache.remote_tier)
+                        owner = req.client or req
+                        owner.store_hit_tokens, owner.store_hit_s = store, now_s
                 if not self.cache.admit(
                     req.req_id, req.num_tokens, req.all_hashes, hit, self.k, remote, hit_only=True
                 ):

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
-from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
 from simulator.measured.summary import describe
 from simulator.memory import (
@@ -23,6 +22,8 @@ from simulator.memory import (
     plan_memory,
 )
 from simulator.metrics import Pools, Recorder, Summary, summarize
+from simulator.pd_pools import disaggregation_spec as disaggregation_spec
+from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.scheduler import ReqState, Scheduler, Status, lazy_output_ids
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
@@ -32,6 +33,9 @@ from simulator.workload import build_replay
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from simulator.cache.prefix import HitLike
+    from simulator.cache.remote_tier import RemoteTier
 
 
 @dataclass
@@ -103,12 +107,13 @@ class SimResult:
         import pandas as pd
 
         d = self.scenario.disaggregation
+        prefill_n = 0 if d is None else d.engine_replicas(self.scenario.serving, "prefill")
         return pd.DataFrame(
             [
                 {
                     "replica": s.replica,
                     **(
-                        {"pool": "prefill" if s.replica < d.prefill_replicas else "decode"}
+                        {"pool": "prefill" if s.replica < prefill_n else "decode"}
                         if d is not None
                         else {}
                     ),
@@ -150,6 +155,7 @@ def _replica_parts(
     memory: MemoryReport,
     cost: StepCostModel,
     disaggregated: bool = False,
+    store: RemoteTier | None = None,
 ) -> ReplicaParts:
     from simulator.cache import CacheConfig, KVCacheManager
 
@@ -161,6 +167,8 @@ def _replica_parts(
         layout, serving, memory.num_blocks, cpu_blocks, serving.hybrid_store_attention_remainder
     )
     cache = KVCacheManager(config)
+    if store is not None:
+        cache.attach_store(store)
     block_tokens = layout.block_size_tokens * serving.dcp
     tokens_per_block, seqs = batch_limits(device, serving)
     state_blocks = memory.state_pages_per_seq
@@ -175,14 +183,18 @@ def _replica_parts(
         max_request_tokens=max_tokens,
         num_speculative_tokens=serving.num_speculative_tokens,
     )
+    tiers = cache.cpu is not None or cache.store is not None
     scheduler.lazy_ids = lazy_output_ids(
-        config.prefix_caching, cache.cpu is not None, config.state_groups, disaggregated
+        config.prefix_caching, tiers, config.state_groups, disaggregated
     )
+    load_bytes: Callable[[HitLike], float] = cache.load_bytes  # type: ignore[assignment]
+    if cache.store is not None:
+        load_bytes = load_bytes_with_store(load_bytes, cache.store, device.host_link)
     return ReplicaParts(
         scheduler=scheduler,
         cost=cost,
         block_tokens=block_tokens,
-        load_bytes=cache.load_bytes,  # type: ignore[arg-type]
+        load_bytes=load_bytes,
         host_bw_bytes_per_s=device.host_link.bw_bytes_per_s,
         host_latency_s=device.host_link.latency_s,
         blocks_used=lambda: cache.pool.num_used,
@@ -238,35 +250,49 @@ def simulate(
         raise SpecError(source, exc.field, exc.reason) from None
     serving = scenario.serving
     devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
-    try:
-        memory = plan_memory(card, device, serving, context_tokens=1, devices=devices)
-    except SpecError as exc:
-        raise SpecError(source, exc.field, exc.reason) from None
-    if memory.num_blocks <= memory.blocks_per_seq:
-        raise SpecError(source, "serving", f"{card.name} on {device.name}: {memory.fits_reason}")
+    d = scenario.disaggregation
+    memory: MemoryReport | None = None
+    if d is None or not d.per_pool:  # per-pool parallelism: each pool is checked on its own
+        try:
+            memory = plan_memory(card, device, serving, context_tokens=1, devices=devices)
+        except SpecError as exc:
+            raise SpecError(source, exc.field, exc.reason) from None
+        if memory.num_blocks <= memory.blocks_per_seq:
+            reason = f"{card.name} on {device.name}: {memory.fits_reason}"
+            raise SpecError(source, "serving", reason)
     latency = LatencyModels.for_device(device)
     if latency.tables is not None:
         latency.tables.reset_counts()
 
-    def replica(serving: ServingConfig, memory: MemoryReport) -> ReplicaParts:
+    def replica(
+        serving: ServingConfig, memory: MemoryReport, store: RemoteTier | None = None
+    ) -> ReplicaParts:
         cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
-        return _replica_parts(card, serving, memory, cost, scenario.disaggregation is not None)
+        return _replica_parts(
+            card, serving, memory, cost, scenario.disaggregation is not None, store
+        )
 
-    d = scenario.disaggregation
     prefill_memory = pools = spec = None
     if d is None:
-        parts = [replica(serving, memory) for _ in range(serving.dp)]
+        assert memory is not None
+        store = remote_store(card, device, scenario, serving)
+        parts = [replica(serving, memory, store) for _ in range(serving.dp)]
     else:
-        # the prefill pool runs the same deployment with its own prefix-caching setting
-        # (hybrids hold one state page per recurrent group without it)
-        p_serving = serving.model_copy(update={"enable_prefix_caching": d.prefill_prefix_caching})
-        prefill_memory = plan_memory(card, device, p_serving, context_tokens=1, devices=devices)
-        parts = [replica(p_serving, prefill_memory) for _ in range(d.prefill_replicas)]
-        # the decode pool reads its prompts from the prefill pool, not from a host tier
-        d_serving = serving.model_copy(update={"cpu_offload_bytes": 0.0})
-        parts += [replica(d_serving, memory) for _ in range(d.decode_replicas)]
-        spec = disaggregation_spec(card, scenario)
-        pools = Pools(d.prefill_replicas, d.decode_replicas, serving.tp, memory.num_blocks)
+        p_plan, d_plan = pool_plans(card, device, scenario, devices, str(source), memory)
+        memory, prefill_memory = d_plan.memory, p_plan.memory
+        # the store sits behind the prefill pool's prefix cache (as the host tier)
+        store = remote_store(card, device, scenario, p_plan.serving)
+        parts = [replica(p_plan.serving, prefill_memory, store) for _ in range(p_plan.replicas)]
+        parts += [replica(d_plan.serving, memory) for _ in range(d_plan.replicas)]
+        spec = disaggregation_spec(card, scenario, device)
+        pools = Pools(
+            p_plan.replicas,
+            d_plan.replicas,
+            d_plan.serving.gpus_per_replica,
+            memory.num_blocks,
+            prefill_gpus_per_replica=p_plan.serving.gpus_per_replica if d.per_pool else None,
+            prefill_num_blocks=prefill_memory.num_blocks if d.per_pool else None,
+        )
     # vLLM refuses a request whose prompt + max_tokens exceed max_model_len (HTTP 400) before
     # its engine sees it: the replay refuses it at its arrival and the engine's recorder
     # holds it as rejected, with the reason (the scheduler's own rejection is for the cache)
@@ -296,27 +322,6 @@ def simulate(
     summary = summarize(recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools)
     wall_s = time.perf_counter() - start
     return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency))
-
-
-def disaggregation_spec(card: ModelCard, scenario: Scenario) -> DisaggSpec:
-    """What the engine needs of a scenario's ``disaggregation`` block and serving knobs."""
-    from simulator.cache import TransferSizer
-
-    d = scenario.disaggregation
-    assert d is not None
-    serving = scenario.serving
-    return DisaggSpec(
-        prefill_replicas=d.prefill_replicas,
-        sizer=TransferSizer.from_layout(kv_layout(card, serving), serving.dcp),
-        link_bw_bytes_per_s=d.link_bw_bytes_per_s,
-        link_latency_s=d.link_latency_s,
-        # vLLM's _prefill_backoff: P stops one token short on Mamba/KDA hybrids so that D
-        # derives the last state itself (multi-module MTP backoff is not modelled)
-        backoff_tokens=1 if card.is_hybrid else 0,
-        send_back=d.send_back,
-        ttl_s=serving.decoder_kv_blocks_ttl_s,
-        recompute_threshold_tokens=serving.kv_recompute_threshold_tokens,
-    )
 
 
 def slo_met(scenario: Scenario, summary: Summary) -> bool | None:

@@ -36,6 +36,7 @@ from simulator.cache.block_pool import BlockPool
 from simulator.cache.config import CacheConfig, CacheUsage
 from simulator.cache.offload import ATTENTION, STATE, CpuTier
 from simulator.cache.prefix import HitLike, PrefixHit, find_prefix_hit
+from simulator.cache.remote_tier import RemoteTier
 from simulator.cache.retention import mandatory_checkpoints, retains
 
 ATTN_KIND, SWA_KIND, STATE_KIND = 0, 1, 2
@@ -88,10 +89,19 @@ class KVCacheManager:
         self.cpu = (
             CpuTier(c.cpu_blocks, c.bytes_per_block) if c.cpu_blocks and c.prefix_caching else None
         )
+        self.store: RemoteTier | None = None  # remote KV store (``attach_store``)
+        self._tiers: tuple[CpuTier, ...] = (self.cpu,) if self.cpu is not None else ()
         self._reqs: dict[Hashable, _Request] = {}
         # bumped by every call that may change a lookup's answer or the free count: a
         # scheduler can keep a blocked request's PrefixHit while the version is unchanged
         self.version = 0
+
+    def attach_store(self, store: RemoteTier) -> None:
+        """Put a (shared) remote KV store below the CPU tier (``simulator.cache.remote_tier``):
+        it is offered every block the CPU tier is, and looked up when the CPU tier misses."""
+        if self.config.prefix_caching:
+            self.store = store
+            self._tiers = (*self._tiers, store)
 
     # ------------------------------------------------------------------ queries
 
@@ -142,7 +152,9 @@ class KVCacheManager:
         the request's hashes); it names the request in the call like the other methods.
         """
         del req_id
-        return find_prefix_hit(self.config, self.pool, self.cpu, prompt_tokens, block_hashes)
+        return find_prefix_hit(
+            self.config, self.pool, self.cpu, prompt_tokens, block_hashes, self.store
+        )
 
     def next_checkpoint(self, req_id: Hashable) -> int | None:
         """The next position where the scheduler must end a prefill chunk so that a mandatory
@@ -242,12 +254,13 @@ class KVCacheManager:
             r.swa.append(new)
         if s:
             self._take_state_pages(r, ckpt, hashes, g_hit + c_hit if c_hit else 0)
-        if self.cpu is not None and c_hit:
+        source = self.store if getattr(hit, "store_tokens", 0) else self.cpu
+        if source is not None and c_hit:
             for i in range(g_hit, g_hit + c_hit):
-                self.cpu.touch(ATTENTION, hashes[i])
+                source.touch(ATTENTION, hashes[i])
             if s:
-                self.cpu.touch(STATE, hashes[g_hit + c_hit - 1])
-            self.cpu.record_load(c_hit * f + s)
+                source.touch(STATE, hashes[g_hit + c_hit - 1])
+            source.record_load(c_hit * f + s)
         r.mandatory = mandatory_checkpoints(c, prompt_tokens, r.computed, hit.recompute_tokens)
         self._set_capacity(r)
         self._reqs[req_id] = r
@@ -349,10 +362,11 @@ class KVCacheManager:
                 for g, blocks in enumerate(r.attn):
                     cache_many(blocks[lo:full], hashes[lo:full], g)
                 r.num_cached = full
-            if self.cpu is not None:
+            if self._tiers:
                 limit = min(full, r.prompt_tokens // blk) if c.offload_prompt_only else full
                 for i in range(r.num_offered, limit):
-                    self.cpu.store(ATTENTION, hashes[i], self._f)
+                    for tier in self._tiers:  # the CPU tier, then the remote store
+                        tier.store(ATTENTION, hashes[i], self._f)
                 r.num_offered = max(r.num_offered, limit)
         if self._s:
             first, last = r.computed // blk + 1, computed_tokens // blk
@@ -379,9 +393,9 @@ class KVCacheManager:
         if key is not None:
             for sp, b in zip(self._state_spaces, r.running, strict=True):
                 pool.cache(b, key, sp)
-            cpu = self.cpu
-            if cpu is not None and (not self.config.offload_prompt_only or p <= r.prompt_tokens):
-                cpu.store(STATE, key, self._s)
+            if self._tiers and (not self.config.offload_prompt_only or p <= r.prompt_tokens):
+                for tier in self._tiers:
+                    tier.store(STATE, key, self._s)
         r.prev, r.running, r.short = r.running, new, 0
 
     def free(self, req_id: Hashable) -> None:
@@ -404,15 +418,15 @@ class KVCacheManager:
         self.version += 1
         for space in range(self._f + self._s):
             self.pool.rename(old_hash, new_hash, space)
-        if self.cpu is not None:
-            self.cpu.rename(old_hash, new_hash)
+        for tier in self._tiers:
+            tier.rename(old_hash, new_hash)
 
     def check(self) -> None:
         """Assert the pool's invariants and that its ref counts are exactly the requests' holds."""
         c, s = self.config, self._s
         self.pool.check()
-        if self.cpu is not None:
-            self.cpu.check()
+        for tier in self._tiers:
+            tier.check()
         holds: Counter[int] = Counter()
         for req_id, r in self._reqs.items():
             lengths = {len(b) for b in r.attn}

@@ -16,6 +16,10 @@ Mirrors ``v1/core/kv_cache_manager.py:get_computed_blocks``,
    hit; hybrids then need the state at the new boundary on the CPU (one state entry), else the
    hit stays at the GPU hit. As in vLLM, the CPU part starts at the (truncated) GPU hit, so
    blocks the GPU holds past a missing checkpoint are loaded again from the CPU.
+4. remote KV store (``simulator.cache.remote_tier``): asked only when the CPU tier has
+   nothing past the GPU hit (vLLM ``MultiConnector``: the first connector with a match
+   loads); the same rule as the CPU tier from the GPU hit on. Its tokens are counted in
+   ``cpu_tokens`` (loaded through a connector) and named in ``store_tokens``.
 
 Sliding-window groups do not bound the hit: their blocks are not cached here. Assumption:
 the window before the hit is cached whenever the full-attention blocks are. That holds for
@@ -53,13 +57,16 @@ class PrefixHit:
     ``gpu_tokens`` are reused from GPU blocks, ``cpu_tokens`` (after them) are loaded from the
     CPU tier; the request computes from ``total_tokens`` on. ``recompute_tokens`` are cached
     attention tokens past the hit that are recomputed because no recurrent checkpoint lies
-    there (hybrids; vllm#45238). ``cpu_load_blocks`` pool blocks move host -> device.
+    there (hybrids; vllm#45238). ``cpu_load_blocks`` pool blocks move host -> device (or
+    store -> device). ``store_tokens``: the CPU tokens that come from the remote KV store
+    (all of them or none: one connector serves a request).
     """
 
     gpu_tokens: int = 0
     cpu_tokens: int = 0
     recompute_tokens: int = 0
     cpu_load_blocks: int = 0
+    store_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -86,6 +93,7 @@ def find_prefix_hit(
     cpu: CpuTier | None,
     prompt_tokens: int,
     block_hashes: Sequence[int],
+    store: CpuTier | None = None,
 ) -> PrefixHit:
     """The hit of a prompt of ``prompt_tokens`` whose full blocks hash to ``block_hashes``.
 
@@ -105,17 +113,13 @@ def find_prefix_hit(
     gpu = _gpu_checkpoint(pool, range(f, f + s), block_hashes, attn) if s else attn
     hit, extent, load = gpu, attn, 0
     if cpu is not None and f:
-        end = cpu.count_prefix(block_hashes, gpu, cap)
-        if c.eagle and end > gpu:
-            end -= 1
-        if s:
-            for j in range(end, gpu, -1):  # the state at the new boundary only
-                if cpu.contains(STATE, block_hashes[j - 1]):
-                    hit, load = j, (j - gpu) * f + s
-                    break
-        else:
-            hit, load = end, (end - gpu) * f
+        hit, end, load = _tier_hit(c, cpu, block_hashes, gpu, cap)
         extent = max(extent, end)
+    from_store = False
+    if store is not None and f and hit == gpu:  # MultiConnector: the next connector
+        hit, end, load = _tier_hit(c, store, block_hashes, gpu, cap)
+        extent = max(extent, end)
+        from_store = hit > gpu
     if not f:
         extent = hit
     return PrefixHit(
@@ -123,4 +127,22 @@ def find_prefix_hit(
         cpu_tokens=(hit - gpu) * blk,
         recompute_tokens=(extent - hit) * blk,
         cpu_load_blocks=load,
+        store_tokens=(hit - gpu) * blk if from_store else 0,
     )
+
+
+def _tier_hit(
+    c: CacheConfig, tier: CpuTier, block_hashes: Sequence[int], gpu: int, cap: int
+) -> tuple[int, int, int]:
+    """(hit, extent, pool blocks loaded) in attention blocks: the run of attention blocks
+    ``tier`` holds from the GPU hit on; hybrids need the state at the new boundary there."""
+    f, s = c.full_groups, c.state_groups
+    end = tier.count_prefix(block_hashes, gpu, cap)
+    if c.eagle and end > gpu:
+        end -= 1
+    if s:
+        for j in range(end, gpu, -1):  # the state at the new boundary only
+            if tier.contains(STATE, block_hashes[j - 1]):
+                return j, end, (j - gpu) * f + s
+        return gpu, end, 0
+    return end, end, (end - gpu) * f

@@ -168,7 +168,11 @@ def _run(
         ("TTFT P50 / P90 / P99 (s)",
          " / ".join(fmt(x, ",.2f") for x in (s.ttft_s_p50, s.ttft_s_p90, s.ttft_s_p99))),
         ("prefix-cache hit rate (GPU + CPU)",
-         f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%})"),
+         f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%})")
+        if scenario.kv_store is None else
+        ("prefix-cache hit rate (GPU + CPU + KV store)",
+         f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%}"
+         f" + {s.store_hit_rate:.1%})"),
         ("prompt tokens recomputed (hybrid resume)", f"{s.recomputed_prompt_tokens:,}"),
         ("requests finished / rejected", f"{s.requests_finished:,} / {s.requests_rejected:,}"),
         ("requests in flight / waiting at the end",
@@ -186,14 +190,17 @@ def _run(
     d = scenario.disaggregation
     if d is not None:
         rows[4] = (
-            "prefix-cache hit rate (prefill GPU + CPU + pulled from decode)",
+            "prefix-cache hit rate (prefill GPU + CPU + KV store + pulled from decode)",
             f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%}"
-            f" + {s.remote_hit_rate:.1%})",
+            f" + {s.store_hit_rate:.1%} + {s.remote_hit_rate:.1%})",
         )
         rows[-3:-3] = _pool_rows(scenario, s)
     title = f"{scenario.name}: {scenario.model} on {scenario.num_gpus}x {scenario.device}"
     if d is not None:
-        title += f" ({d.label}, TP{scenario.serving.tp} replicas)"
+        pools = [d.pool_serving(scenario.serving, p) for p in ("prefill", "decode")]
+        shapes = [f"TP{p.tp}" + (f" DP{p.dp}" if p.dp > 1 else "") for p in pools]
+        what = shapes[0] if shapes[0] == shapes[1] else f"P {shapes[0]}, D {shapes[1]}"
+        title += f" ({d.label}, {what} instances)"
     print_pairs(title, rows)
     if s.window_end_reason == "workload_ended" and scenario.duration_s is not None:
         typer.echo(
@@ -215,8 +222,11 @@ def _saturation_text(saturated: bool, reason: str | None) -> str:
 
 def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
     """The disaggregated run's per-pool figures."""
+    from simulator import catalog
+
     d = scenario.disaggregation
     assert d is not None
+    bw, lat, desc = d.link(catalog.hardware_profile(scenario.device))
 
     def fmt(x: float | None, spec: str) -> str:
         return "-" if x is None else format(x, spec)
@@ -241,7 +251,7 @@ def _pool_rows(scenario: Scenario, s: Any) -> list[tuple[str, str]]:
          f" {fmt(gb, ',.2f')}"),
         ("preemptions on decode", f"{s.decode_preemptions or 0:,}"),
         ("link per GPU (each direction)",
-         f"{d.link_bw_bytes_per_s / 1e9:g} GB/s, {d.link_latency_s * 1e6:g} us"),
+         f"{bw / 1e9:g} GB/s, {lat * 1e6:g} us, {desc * 1e6:g} us per descriptor"),
     ]  # fmt: skip
     if d.send_back:
         rows += [

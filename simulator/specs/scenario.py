@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -16,7 +17,11 @@ from pydantic import (
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.limits import at_most
+from simulator.specs.pools import KvStore, Pool, PoolServing
 from simulator.specs.serving import ServingConfig
+
+if TYPE_CHECKING:
+    from simulator.specs.hardware import HardwareProfile
 
 Sessions = Annotated[
     PositiveInt,
@@ -161,8 +166,9 @@ class SLO(Spec):
         return all(checks) if checks else None
 
 
-# Assumption (no profile has a scale-out field yet): one 400 Gb/s NIC per GPU (ConnectX-7 /
-# Pollara 400 class, as 8-NIC HGX / MI355X nodes ship), 400e9 / 8 = 50e9 B/s per direction.
+# Assumption, used when neither the scenario nor the device profile (``scale_out``) gives the
+# link: one 400 Gb/s NIC per GPU (ConnectX-7 / Pollara 400 class, as 8-NIC HGX / MI355X nodes
+# ship), 400e9 / 8 = 50e9 B/s per direction.
 DEFAULT_LINK_BW_BYTES_PER_S = 50e9
 # Assumption: one RDMA read round trip plus NIXL's completion notification; the proxy's HTTP
 # hops between P and D are not modelled.
@@ -172,26 +178,38 @@ DEFAULT_LINK_LATENCY_S = 1e-5
 class Disaggregation(Spec):
     """Prefill/decode disaggregation (xPyD, vLLM ``NixlConnector`` pull mode; vllm_mechanics 9).
 
-    ``prefill_replicas`` + ``decode_replicas`` replicas of ``serving.tp`` GPUs each (they
-    replace ``serving.dp``). A request prefills on a prefill replica (``max_tokens`` 1; hybrids
-    stop one token short so that D derives the last state itself), the decode replica reads its
-    KV (and recurrent state) over the inter-node link, computes the last prompt token and
-    decodes. ``prefill_prefix_caching`` is off by default, as in vLLM's send-back experiment.
+    ``prefill_replicas`` + ``decode_replicas`` instances (they replace ``serving.dp``). A
+    request prefills on a prefill instance (``max_tokens`` 1; hybrids stop one token short so
+    that D derives the last state itself), the decode instance reads its KV (and recurrent
+    state) over the inter-node link, computes the last prompt token and decodes.
+    ``prefill_prefix_caching`` is off by default, as in vLLM's send-back experiment.
     ``send_back`` (``bidirectional_kv_xfer``): a request finished on D keeps its blocks pinned
     for ``serving.decoder_kv_blocks_ttl_s`` and the session's next turn pulls them back to P
     unless fewer than ``serving.kv_recompute_threshold_tokens`` tokens would be reused.
 
-    ``link_bw_bytes_per_s`` / ``link_latency_s``: one GPU's NIC, per direction; every TP rank
-    moves its own shard over its own NIC, so a transfer takes (bytes per GPU) / bandwidth +
-    latency, and the transfers of one replica's NICs in one direction run one at a time.
+    ``prefill_serving`` / ``decode_serving``: the pool's own parallelism (tp, dp, dcp, ep) and
+    batch limits over ``serving`` (``PoolServing``); an instance is tp x dp GPUs and each of
+    its DP ranks is one simulated replica (DP attention). Without them both pools run
+    ``serving`` with dp 1.
+
+    The link, one GPU's NIC per direction (every TP rank moves its own shard over its own
+    NIC): ``link_bw_bytes_per_s`` / ``link_latency_s`` when given, else the device profile's
+    ``scale_out`` link, else 50 GB/s and 10 us (assumptions). A read takes latency +
+    descriptors x ``kv_descriptor_s`` + bytes / bandwidth (``simulator.cache.transfer``);
+    ``kv_descriptor_s`` None: ``NIXL_DESCRIPTOR_S`` (an assumption, sourced there), whichever
+    link is used; 0 turns descriptor posting off. The transfers of one replica's NICs in one
+    direction run one at a time.
     """
 
     prefill_replicas: PositiveInt = 1
     decode_replicas: PositiveInt = 1
     prefill_prefix_caching: bool = False
     send_back: bool = False
-    link_bw_bytes_per_s: PositiveFloat = DEFAULT_LINK_BW_BYTES_PER_S
-    link_latency_s: float = Field(default=DEFAULT_LINK_LATENCY_S, ge=0)
+    link_bw_bytes_per_s: PositiveFloat | None = None  # None: the profile's scale_out
+    link_latency_s: float | None = Field(default=None, ge=0)
+    kv_descriptor_s: float | None = Field(default=None, ge=0)
+    prefill_serving: PoolServing | None = None
+    decode_serving: PoolServing | None = None
 
     @model_validator(mode="after")
     def _replicas_bounded(self) -> Self:
@@ -217,6 +235,66 @@ class Disaggregation(Spec):
     def replicas(self) -> int:
         return self.prefill_replicas + self.decode_replicas
 
+    @property
+    def per_pool(self) -> bool:
+        """Whether a pool has its own parallelism (``prefill_serving`` / ``decode_serving``)."""
+        return self.prefill_serving is not None or self.decode_serving is not None
+
+    def pool_serving(self, serving: ServingConfig, pool: Pool) -> ServingConfig:
+        """The serving config of one pool's instances (``serving`` without an override)."""
+        override = self.prefill_serving if pool == "prefill" else self.decode_serving
+        return serving if override is None else override.apply(serving)
+
+    def engine_replicas(self, serving: ServingConfig, pool: Pool) -> int:
+        """Simulated replicas of a pool: instances x DP ranks."""
+        count = self.prefill_replicas if pool == "prefill" else self.decode_replicas
+        return count * self.pool_serving(serving, pool).dp
+
+    def pool_gpus(self, serving: ServingConfig, pool: Pool) -> int:
+        return self.engine_replicas(serving, pool) * self.pool_serving(serving, pool).tp
+
+    def link(self, device: HardwareProfile) -> tuple[float, float, float]:
+        """(bandwidth per GPU per direction, latency, seconds per descriptor) of the KV link:
+        the scenario's, else the profile's ``scale_out``, else the default assumptions."""
+        from simulator.cache.transfer import NIXL_DESCRIPTOR_S
+
+        out = device.scale_out
+        bw = self.link_bw_bytes_per_s
+        if bw is None:
+            bw = out.bw_bytes_per_s if out is not None else DEFAULT_LINK_BW_BYTES_PER_S
+        latency = self.link_latency_s
+        if latency is None:
+            latency = out.latency_s if out is not None else DEFAULT_LINK_LATENCY_S
+        descriptor_s = NIXL_DESCRIPTOR_S if self.kv_descriptor_s is None else self.kv_descriptor_s
+        return bw, latency, descriptor_s
+
+
+def _pool_checks(d: Disaggregation, serving: ServingConfig) -> None:
+    """The pools' servings are valid and compatible; ValueError naming the pool otherwise."""
+    pools: dict[str, ServingConfig] = {}
+    names: tuple[Pool, Pool] = ("prefill", "decode")
+    for pool in names:
+        try:
+            pools[pool] = d.pool_serving(serving, pool)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"{pool}_serving: {where}: {msg}") from None
+    p, dec = pools["prefill"], pools["decode"]
+    if p.dcp != dec.dcp:
+        raise ValueError(
+            f"prefill_serving / decode_serving: dcp {p.dcp} vs {dec.dcp}: both pools must use"
+            " one dcp (a KV block maps one to one between them; DCP on one side only is not"
+            " modelled)"
+        )
+    total = d.engine_replicas(serving, "prefill") + d.engine_replicas(serving, "decode")
+    if total > limits.MAX_REPLICAS:
+        raise ValueError(
+            f"(prefill_replicas x dp) + (decode_replicas x dp) = {total:,} simulated replicas"
+            f" exceeds {limits.MAX_REPLICAS:,} per deployment (each DP rank is simulated)"
+        )
+
 
 class Scenario(Spec):
     name: str = Field(min_length=1)
@@ -232,6 +310,8 @@ class Scenario(Spec):
     # how data-parallel replicas share requests (with disaggregation: within each pool)
     router: Literal["round_robin", "least_loaded", "session_affinity"] = "session_affinity"
     disaggregation: Disaggregation | None = None  # None: aggregated (dp replicas)
+    # a remote KV store below the host tier (Mooncake Store), shared by the replicas
+    kv_store: KvStore | None = None
 
     @field_validator("disaggregation")
     @classmethod
@@ -241,17 +321,38 @@ class Scenario(Spec):
         serving = info.data.get("serving")
         if d is None or serving is None:
             return d
-        if serving.dp != 1:
+        if serving.dp != 1 and not d.per_pool:
             raise ValueError(
-                f"prefill_replicas and decode_replicas replace serving.dp: set dp 1"
-                f" (got dp {serving.dp})"
+                f"prefill_replicas and decode_replicas replace serving.dp: set dp 1, or give"
+                f" the pools' dp in prefill_serving / decode_serving (got dp {serving.dp})"
             )
+        _pool_checks(d, serving)
         if serving.cpu_offload_bytes and not d.prefill_prefix_caching:
             raise ValueError(
                 "cpu_offload_bytes: the host tier sits behind the prefill pool's prefix cache;"
                 " set prefill_prefix_caching true or drop cpu_offload_bytes"
             )
         return d
+
+    @field_validator("kv_store")
+    @classmethod
+    def _store_behind_prefix_cache(
+        cls, store: KvStore | None, info: ValidationInfo
+    ) -> KvStore | None:
+        serving, d = info.data.get("serving"), info.data.get("disaggregation")
+        if store is None or serving is None:
+            return store
+        if not serving.enable_prefix_caching:
+            raise ValueError(
+                "the store is looked up behind the prefix cache: set"
+                " serving.enable_prefix_caching true or drop kv_store"
+            )
+        if d is not None and not d.prefill_prefix_caching:
+            raise ValueError(
+                "the store sits behind the prefill pool's prefix cache; set"
+                " disaggregation.prefill_prefix_caching true or drop kv_store"
+            )
+        return store
 
     @field_validator("cost_model")
     @classmethod
@@ -265,6 +366,8 @@ class Scenario(Spec):
 
     @property
     def num_gpus(self) -> int:
-        """GPUs of the deployment: dp x tp, or (prefill + decode replicas) x tp."""
+        """GPUs of the deployment: dp x tp, or each pool's instances x tp x dp."""
         d = self.disaggregation
-        return self.serving.num_gpus if d is None else d.replicas * self.serving.tp
+        if d is None:
+            return self.serving.num_gpus
+        return d.pool_gpus(self.serving, "prefill") + d.pool_gpus(self.serving, "decode")
