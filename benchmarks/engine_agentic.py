@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def main() -> None:
     print(f"simulated span      {s.window_s:,.0f} s, {s.steps:,} engine steps")
     runs = ", ".join(f"{w:.1f}" for w in walls)
     print(f"wall (median of {args.repeats})  {wall:.1f} s   runs: {runs}")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB
+    print(f"peak RSS            {peak_mb:,.0f} MB (the whole process, all repeats)")
     print(f"events/s            {events / wall:,.0f}  ({events:,} events)")
     print(f"simulated tokens/s  {tokens / wall:,.0f}  ({tokens:,} tokens)")
     print(

@@ -185,7 +185,7 @@ class Replica:
                     decodes=shape.num_decodes,
                     prefill_tokens=shape.prefill_tokens,
                     kv_blocks_used=self.parts.blocks_used(),
-                    breakdown_s=cost.breakdown_s,
+                    breakdown_s=tuple(cost.breakdown_s.values()),  # a tuple: 1/3 a dict's bytes
                     kv_blocks_held=sched.held_blocks,
                     prompt_computed=prompt_computed,
                     waiting=waiting,
@@ -347,7 +347,9 @@ class Replica:
             req.computed = before + steps
             if req.first_token_s is None:  # cannot happen for a decode; kept for safety
                 req.first_token_s = end - (steps - 1) * step_s + delay
-            req.itl_runs.append((step_s, steps))
+            runs = req.itl_runs
+            runs.append(step_s)
+            runs.append(steps)
             req.itl_end_s.append(token_s)
             req.generated += steps
             req.last_token_s = token_s

@@ -65,7 +65,7 @@ class StepRecord:
     decodes: int
     prefill_tokens: int
     kv_blocks_used: int
-    breakdown_s: dict[str, float]
+    breakdown_s: tuple[float, ...]  # seconds by category, in ``cost.shapes.CATEGORIES`` order
     kv_blocks_held: int = 0  # of the used: blocks finished requests keep (disaggregation)
     prompt_computed: int = 0  # prompt tokens computed for the first time by their request
     waiting: int = 0  # requests this step left in the waiting queue (not admitted)
@@ -331,7 +331,7 @@ def _window_tokens(rec: Recorder, clients: list[ReqState], w0: float, w1: float)
         if r.first_token_s is not None and r.generated > 0 and w0 <= r.first_token_s <= w1
     )
     chain = itertools.chain.from_iterable
-    runs = np.fromiter(chain(chain(r.itl_runs for r in clients)), dtype=np.float64)
+    runs = np.fromiter(chain(r.itl_runs for r in clients), dtype=np.float64)  # gap, n, ...
     run_ends = np.fromiter(chain(r.itl_end_s for r in clients), dtype=np.float64)
     gaps: list[float] = []  # the open runs'
     counts: list[int] = []

@@ -26,6 +26,7 @@ generated + drafts); every step hands out tokens so that ``computed`` catches up
 from __future__ import annotations
 
 import enum
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,12 +98,14 @@ class ReqState:
     store_hit_tokens: int = 0
     store_hit_s: float | None = None
     accounted: bool = False
-    itl_runs: list[tuple[float, int]] = field(default_factory=list)  # (gap s, tokens)
+    # runs of inter-token gaps, flat: gap s, tokens, gap s, tokens ... (doubles: 16 bytes a
+    # run, where a tuple in a list took ~100; a long replay keeps millions; ``itl_pairs``)
+    itl_runs: array[float] = field(default_factory=lambda: array("d"))
     # per run of ``itl_runs``: when its last token reached the client. A run's tokens arrive
     # ``gap`` apart up to that time (a fast-forwarded run; runs of one token), or all at that
     # time (one emission: a speculative verify, a first emission of gap 0). Fast-forward is
     # off with speculative decoding, so ``Recorder.speculative`` tells which, exactly
-    itl_end_s: list[float] = field(default_factory=list)
+    itl_end_s: array[float] = field(default_factory=lambda: array("d"))
     # prompt tokens counted as processed (served from cache or computed) for the window
     # throughput: a high-water mark, so recomputation after a preemption is not counted
     # twice; a disaggregated request's prefill side counts on its client
@@ -130,6 +133,11 @@ class ReqState:
     def __post_init__(self) -> None:
         self.req_id = self.request.request_id
         self.prompt_tokens = self.request.prompt_tokens
+
+    def itl_pairs(self) -> list[tuple[float, int]]:
+        """``itl_runs`` as (gap s, tokens) pairs."""
+        runs = self.itl_runs
+        return [(runs[i], int(runs[i + 1])) for i in range(0, len(runs), 2)]
 
     @property
     def all_hashes(self) -> tuple[int, ...]:
@@ -379,7 +387,9 @@ class Scheduler:
                 computed -= drafts - took
                 req.computed = computed
                 if took == 0 and req.first_token_s is not None:  # one token: _emit, inlined
-                    req.itl_runs.append((token_s - req.last_token_s, 1))  # type: ignore[operator]
+                    runs = req.itl_runs
+                    runs.append(token_s - req.last_token_s)  # type: ignore[operator]
+                    runs.append(1.0)
                     req.itl_end_s.append(token_s)
                     req.last_token_s = token_s
                     req.generated += 1
@@ -437,12 +447,14 @@ class Scheduler:
         if req.first_token_s is None:
             req.first_token_s = token_s
             if tokens > 1:
-                req.itl_runs.append((0.0, tokens - 1))
+                req.itl_runs.append(0.0)
+                req.itl_runs.append(tokens - 1)
                 req.itl_end_s.append(token_s)
         else:
             assert req.last_token_s is not None
             gap = (token_s - req.last_token_s) / tokens  # tokens of one verify share the gap
-            req.itl_runs.append((gap, tokens))
+            req.itl_runs.append(gap)
+            req.itl_runs.append(tokens)
             req.itl_end_s.append(token_s)
         req.last_token_s = token_s
         req.generated += tokens

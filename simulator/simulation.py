@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
+from simulator.cost.shapes import CATEGORIES
 from simulator.cost.step import StepCostModel
 from simulator.engine import Engine, ReplicaParts
 from simulator.measured.summary import describe
@@ -124,7 +125,10 @@ class SimResult:
                     "prefill_tokens": s.prefill_tokens,
                     "kv_blocks_used": s.kv_blocks_used,
                     **({"kv_blocks_held": s.kv_blocks_held} if d is not None else {}),
-                    **{f"{k}_s": v * s.steps for k, v in s.breakdown_s.items()},
+                    **{
+                        f"{k}_s": v * s.steps
+                        for k, v in zip(CATEGORIES, s.breakdown_s, strict=True)
+                    },
                 }
                 for s in self.recorder.steps
             ]

@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from simulator.measured.lookup import Curve
 
 Key = tuple[int, int, int, int]
-MAX_TEMPLATES = 20_000  # keys of one run: a few thousand at most; a bound on memory
+# templates kept, least recently used dropped first: a bound on memory (~3 KB each; a long
+# agentic replay makes ~40k keys, most of them used once)
+MAX_TEMPLATES = 8_000
 
 
 @dataclass(slots=True)
@@ -57,15 +59,22 @@ class _Counts:
         )
 
     def minus(self, other: _Counts) -> _Counts:
+        """The difference, without the entries it leaves at zero (``add_to`` skips them: a
+        template keeps only what it changes)."""
         q, e = Counter(self.queries), Counter(self.extrapolations)
         q.subtract(other.queries)
         e.subtract(other.extrapolations)
         src = {k: v - other.by_source.get(k, 0.0) for k, v in self.by_source.items()}
-        curves = {
-            k: (c, n - other.curves[k][1], o - other.curves[k][2])
-            for k, (c, n, o) in self.curves.items()
-        }
-        return _Counts(q, e, src, curves)
+        curves = {k: (c, -n, -o) for k, (c, n, o) in other.curves.items()}
+        for k, (c, n, o) in self.curves.items():
+            _, n0, o0 = curves.get(k, (c, 0, 0))
+            curves[k] = (c, n + n0, o + o0)
+        return _Counts(
+            Counter({k: v for k, v in q.items() if v}),
+            Counter({k: v for k, v in e.items() if v}),
+            {k: v for k, v in src.items() if v},
+            {k: (c, n, o) for k, (c, n, o) in curves.items() if n or o},
+        )
 
     def add_to(self, model: StepCostModel, sign: int = 1) -> None:
         lat = model.latency
@@ -119,8 +128,9 @@ class CompiledPricer:
         dyn.build()
         names = tuple(r[0] for r in dyn.rows)
         full_key = (key, names, tuple(c[0] for c in dyn.colls))
-        tpl = self.templates.get(full_key)
+        tpl = self.templates.pop(full_key, None)
         if tpl is not None:
+            self.templates[full_key] = tpl  # now the most recently used
             self.hits += 1
             tpl.static.add_to(self.m)
             return self._reuse(tpl, dyn)
@@ -144,7 +154,7 @@ class CompiledPricer:
         dyn_counts = _Counts.now(self.m, _curves(full)).minus(after)
         dyn_counts.add_to(self.m, -1)
         if len(self.templates) >= MAX_TEMPLATES:
-            self.templates.clear()
+            del self.templates[next(iter(self.templates))]  # the least recently used
         self.templates[key] = Template(
             total=full.row_totals_cache,
             cats=np.array([r[2] for r in full.rows], dtype=np.int64),

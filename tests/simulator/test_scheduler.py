@@ -146,5 +146,5 @@ def test_finished_request_frees_its_blocks_and_records_latencies() -> None:
         s.commit(s.schedule(t), t + 0.5)
     assert r.first_token_s == 1.5
     assert r.finish_s == 3.5
-    assert r.itl_runs == [(1.0, 1), (1.0, 1)]
+    assert r.itl_pairs() == [(1.0, 1), (1.0, 1)]
     assert s.cache.usage.used_blocks == 0  # type: ignore[attr-defined]

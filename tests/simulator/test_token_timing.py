@@ -159,7 +159,7 @@ def test_steady_decode_gaps_equal_the_step_times(
     assert sum(s.steps for s in decodes) == out - 1
     # each decode step's token comes one step time after the previous one
     want = [(s.step_s / s.steps, s.steps) for s in decodes]
-    got = r.itl_runs
+    got = r.itl_pairs()
     assert [n for _, n in got] == [n for _, n in want]
     assert [g for g, _ in got] == pytest.approx([g for g, _ in want], rel=1e-9)
     # and that time is what the cost model charges for a lone decode at that context
@@ -185,8 +185,9 @@ def test_delay_shifts_every_token_and_leaves_the_gaps() -> None:
         assert b.first_token_s == pytest.approx(a.first_token_s + 0.01, rel=1e-12)
         assert a.finish_s is not None
         assert b.finish_s == pytest.approx(a.finish_s + 0.01, rel=1e-12)
-        assert [n for _, n in a.itl_runs] == [n for _, n in b.itl_runs]
-        assert [g for g, _ in b.itl_runs] == pytest.approx([g for g, _ in a.itl_runs], abs=1e-9)
+        assert [n for _, n in a.itl_pairs()] == [n for _, n in b.itl_pairs()]
+        gaps_a = [g for g, _ in a.itl_pairs()]
+        assert [g for g, _ in b.itl_pairs()] == pytest.approx(gaps_a, abs=1e-9)
 
 
 # ----------------------------------------------------------------------------- never backwards
@@ -230,8 +231,8 @@ def check_times(r: ReqState) -> None:
     assert r.arrival_s <= r.first_token_s <= r.finish_s
     if r.request.output_tokens:
         assert r.last_token_s == r.finish_s
-    assert all(gap >= 0 for gap, _ in r.itl_runs)
-    assert sum(n for _, n in r.itl_runs) == max(r.generated - 1, 0)
+    assert all(gap >= 0 for gap, _ in r.itl_pairs())
+    assert sum(n for _, n in r.itl_pairs()) == max(r.generated - 1, 0)
 
 
 turn = st.tuples(st.integers(1, 1500), st.integers(0, 40), st.floats(0, 5))

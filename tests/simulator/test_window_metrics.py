@@ -115,8 +115,8 @@ def old_formula(
     prompt = float(sum(r.prompt_tokens for r in measured))
     output = float(sum(r.generated for r in measured))
     hit = float(sum(r.gpu_hit_tokens + r.cpu_hit_tokens + r.remote_hit_tokens for r in measured))
-    gaps = np.array([g for r in measured for g, _ in r.itl_runs])
-    counts = np.array([c for r in measured for _, c in r.itl_runs], dtype=np.float64)
+    gaps = np.array([g for r in measured for g, _ in r.itl_pairs()])
+    counts = np.array([c for r in measured for _, c in r.itl_pairs()], dtype=np.float64)
 
     def inter(q: float) -> float | None:
         if gaps.size == 0:

@@ -82,3 +82,29 @@ def test_a_step_of_another_context_is_not_priced_from_the_template() -> None:
     a, b = m.price(short), m.price(long)
     assert m.pricer.hits == 1
     assert b.breakdown_s["attention"] > 10 * a.breakdown_s["attention"]
+
+
+def test_least_recently_used_templates_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for two templates, a third key drops the least recently used one: its next
+    step is priced in full again (a miss), the kept ones are reused, and the price and the
+    bookkeeping stay the full path's throughout."""
+    from simulator.cost import compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module, "MAX_TEMPLATES", 2)
+    card, profile = catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100")
+    cfg = ServingConfig(tp=8)
+    compiled = StepCostModel(card, profile, cfg)
+    full = StepCostModel(card, profile, cfg)
+    full.use_templates = False
+    rng = np.random.default_rng(1)
+    a, b, c = (8, 8, 0, 0), (16, 16, 0, 0), (0, 0, 1, 2048)
+    misses = []
+    for key in (a, b, a, c, b, a):  # c evicts b (a was used after b); b then evicts a
+        shape = _shape(rng, key)
+        assert compiled.price(shape).seconds == pytest.approx(full.price(shape).seconds, rel=1e-12)
+        misses.append(compiled.pricer.misses)
+    assert misses == [1, 2, 2, 3, 4, 5]
+    assert len(compiled.pricer.templates) == 2
+    assert compiled.latency.queries == full.latency.queries
+    for src, secs in full.latency.seconds_by_source.items():
+        assert compiled.latency.seconds_by_source[src] == pytest.approx(secs, rel=1e-9)
