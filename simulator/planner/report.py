@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
+from simulator.cache.transfer import NIXL_DESCRIPTOR_S
 from simulator.planner.analysis import mode_comparison, rank_basis, sensitivity
 from simulator.planner.report_figures import cost_figure, frontier_figure
 from simulator.planner.report_tables import (
@@ -39,6 +40,7 @@ from simulator.planner.report_tables import (
 )
 from simulator.planner.space import SearchSpace
 from simulator.planner.verdicts import Verdict, config_label, verdicts
+from simulator.specs.loading import SpecError
 from simulator.specs.scenario import DEFAULT_LINK_BW_BYTES_PER_S, DEFAULT_LINK_LATENCY_S
 
 if TYPE_CHECKING:
@@ -176,12 +178,28 @@ def _best_value(space: SearchSpace, basis: str, top: Any, second: Any | None) ->
 
 # a disaggregated deployment's link, as the report states it
 LINK_ASSUMPTION = (
-    f"KV moves between prefill and decode replicas over one NIC per GPU, by default"
-    f" {DEFAULT_LINK_BW_BYTES_PER_S / 1e9:g} GB/s per direction (assumption: one 400 Gb/s NIC"
-    f" per GPU; no hardware profile has a scale-out field) and {DEFAULT_LINK_LATENCY_S * 1e6:g}"
-    " us per transfer (assumption); each TP rank moves its own shard, one transfer at a time"
-    " per NIC direction"
+    "KV moves between prefill and decode replicas over the link the scenario gives, else the"
+    " device profile's scale-out NIC (per GPU, per direction), else"
+    f" {DEFAULT_LINK_BW_BYTES_PER_S / 1e9:g} GB/s and {DEFAULT_LINK_LATENCY_S * 1e6:g} us per"
+    " transfer (assumptions: one 400 Gb/s NIC per GPU); a read also pays"
+    f" {NIXL_DESCRIPTOR_S * 1e6:g} us per NIXL descriptor (assumption, vllm#50913); each TP"
+    " rank moves its own shard, one transfer at a time per NIC direction"
 )
+
+
+def link_text(devices: list[str]) -> str:
+    """``LINK_ASSUMPTION`` and the profile NIC of each device that has one."""
+    nics = []
+    for name in devices:
+        try:
+            out = catalog.hardware_profile(name).scale_out
+        except SpecError:  # a device given by a path the report cannot resolve: no figure
+            continue
+        if out is not None:
+            nics.append(f"{name} {out.bw_bytes_per_s / 1e9:g} GB/s, {out.latency_s * 1e6:g} us")
+    return LINK_ASSUMPTION + (f" (profile NICs: {'; '.join(nics)})" if nics else "")
+
+
 MODES_TITLE = "Aggregated or disaggregated (best SLO-meeting configuration of each)"
 
 
@@ -189,7 +207,15 @@ def mode_lines(modes: pd.DataFrame) -> list[str]:
     """Markdown: aggregated vs disaggregated per device, and the best split."""
     if modes.empty:
         return []
-    return ["", f"## {MODES_TITLE}", "", *modes_table(modes).markdown(), "", LINK_ASSUMPTION + "."]
+    devices = sorted(set(modes["device"]))
+    return [
+        "",
+        f"## {MODES_TITLE}",
+        "",
+        *modes_table(modes).markdown(),
+        "",
+        link_text(devices) + ".",
+    ]
 
 
 # ------------------------------------------------------------------------------ the pages
@@ -318,7 +344,7 @@ def html_report(
             [
                 f"<h2>{esc(MODES_TITLE)}</h2>",
                 modes_table(modes).html(),
-                f"<p><em>{esc(LINK_ASSUMPTION)}.</em></p>",
+                f"<p><em>{esc(link_text(sorted(set(modes['device']))))}.</em></p>",
             ]
             if not modes.empty
             else []

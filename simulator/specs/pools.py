@@ -46,6 +46,29 @@ class PoolServing(Spec):
     max_num_seqs: PositiveInt | None = None
     max_num_batched_tokens: PositiveInt | None = None
 
+    @property
+    def short(self) -> str:
+        """The fields given, for labels: ``TP1-DP16-EP16-DeepEP-LL`` ..."""
+        parts = [
+            f"{name.upper()}{value}"
+            for name in ("tp", "dp", "dcp", "ep")
+            if (value := getattr(self, name)) is not None
+        ]
+        if self.all2all_backend not in (None, "generic"):
+            parts.append(
+                {"deepep_high_throughput": "DeepEP-HT"}.get(self.all2all_backend, "DeepEP-LL")
+            )
+        if self.eplb_redundant_experts:
+            parts.append(f"EPLB{self.eplb_redundant_experts}")
+        if self.moe_load_imbalance not in (None, 1.0):
+            parts.append(f"imb{self.moe_load_imbalance:g}")
+        if self.latent_moe_projection == "rank_split":
+            parts.append("latent-split")
+        for name, tag in (("max_num_seqs", "seqs"), ("max_num_batched_tokens", "mbt")):
+            if (value := getattr(self, name)) is not None:
+                parts.append(f"{tag}{value}")
+        return "-".join(parts)
+
     def apply(self, serving: ServingConfig) -> ServingConfig:
         """``serving`` with this pool's fields; raises ValueError (pydantic's message) when the
         combination is not a valid ServingConfig."""

@@ -223,12 +223,16 @@ class Disaggregation(Spec):
 
     @property
     def label(self) -> str:
-        """``1P1D``, ``2P1D send-back``, ``1P1D send-back P-cache`` ..."""
+        """``1P1D``, ``2P1D send-back``, ``1P1D send-back P-cache``, and a pool's own
+        parallelism: ``1P1D P-cache P-TP8 D-TP1-DP16-EP16`` ..."""
         parts = [f"{self.prefill_replicas}P{self.decode_replicas}D"]
         if self.send_back:
             parts.append("send-back")
         if self.prefill_prefix_caching:
             parts.append("P-cache")
+        for tag, pool in (("P", self.prefill_serving), ("D", self.decode_serving)):
+            if pool is not None and pool.short:
+                parts.append(f"{tag}-{pool.short}")
         return " ".join(parts)
 
     @property

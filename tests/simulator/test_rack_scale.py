@@ -117,3 +117,41 @@ def test_default_knobs_keep_the_old_labels() -> None:
     assert knob_label(knobs) == "tp8-dcp1"
     knobs |= {"moe_load_imbalance": 1.3, "latent_moe_projection": "rank_split"}
     assert knob_label(knobs) == "tp8-dcp1-imb1.3-latent-split"
+
+
+def test_the_rack_example_expands_and_its_wide_ep_split_runs() -> None:
+    """The shipped rack-scale search (DeepSeek-V4-Flash on GB300 NVL72): every candidate is
+    kept (none pruned), and its 1P1D candidate with a 16-rank DP-attention, EP16 decode pool
+    runs end to end on a short slice of the workload: 8 prefill + 16 decode GPUs, KV read
+    over the profile's ConnectX-8 link, tokens decoded on the decode pool."""
+    from simulator.cli.examples import EXAMPLES_DIR
+    from simulator.simulation import simulate
+    from simulator.specs.loading import load
+
+    space = load(SearchSpace, EXAMPLES_DIR / "search-deepseek-v4-gb300-nvl72.yaml")
+    candidates, pruned = expand(space)
+    assert not pruned
+    assert len(candidates) == len(space.sweep.disaggregation)
+    wide = [
+        sc
+        for c in candidates
+        for sc in c.scenarios[:1]
+        if sc.disaggregation is not None
+        and sc.disaggregation.prefill_replicas == 1
+        and sc.disaggregation.decode_serving is not None
+        and sc.disaggregation.decode_serving.dp == 16
+        and sc.disaggregation.decode_serving.all2all_backend in (None, "generic")
+    ]
+    assert len(wide) == 1
+    short = wide[0].model_copy(
+        update={
+            "workload": wide[0].workload.model_copy(update={"sessions": 24, "concurrency": 16}),
+            "duration_s": 240.0,
+            "warmup_s": 0.0,
+        }
+    )
+    s = simulate(short).summary
+    assert (s.prefill_gpus, s.decode_gpus) == (8, 16)
+    assert s.requests_finished > 0
+    assert (s.decode_output_tok_per_s_per_gpu or 0.0) > 0
+    assert (s.kv_transfer_bytes_per_gpu_mean or 0.0) > 0

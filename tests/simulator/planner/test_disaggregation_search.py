@@ -110,7 +110,9 @@ def test_report_has_the_aggregated_vs_disaggregated_section(searched) -> None:  
     assert "modes.csv" in {p.name for p in paths}
     md = markdown(space, best, runs, len(pruned))
     assert "## Aggregated or disaggregated" in md
-    assert "50 GB/s per direction (assumption" in md
+    # the link the runs used: H100's profile NIC (ConnectX-7), and the descriptor cost
+    assert "profile NICs: h100 50 GB/s, 5 us" in md
+    assert "2.5 us per NIXL descriptor" in md
     page = (out / "report.html").read_text()
     assert "Aggregated or disaggregated" in page
     assert "aggregated frontier" in page
