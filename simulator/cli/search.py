@@ -182,8 +182,11 @@ RANKED_BY = {"fleet_usd_per_hour": "the fleet's $ per hour", "tokens_per_usd": "
              "throughput_tok_per_s_per_gpu": "tok/s per GPU"}  # fmt: skip
 # "nodes / racks": what the fleet is bought by (8-GPU nodes, or NVL72 racks of the scale-up
 # domain: GPUs / 72 rounded up), as plan size counts it (best.csv's `units` and `unit`)
-FLEET = [("GPUs", "gpus", ",d"), ("nodes / racks", "units_bought", ">"),
-         ("$ per hour", "usd_per_hour", ",.0f")]  # fmt: skip
+# GPUs in use, what is bought for them and its $ per hour (a rack's GPUs are paid for whole:
+# the fleet's, where the space has a demand; else the GPUs in use x price)
+FLEET = [("GPUs in use", "gpus", ",d"), ("nodes / racks", "units_bought", ">"),
+         ("$ per hour", "fleet_usd_per_hour", ",.0f")]  # fmt: skip
+FLEET_IN_USE = ("$ per hour", "usd_per_hour", ",.0f")
 
 
 def _cell(value: Any, spec: str) -> str:
@@ -241,6 +244,8 @@ def best_tables(space: "SearchSpace", best: "pd.DataFrame", width: int) -> list[
 
     have = {*best.columns, "units_bought"} if "units" in best.columns else set(best.columns)
     fleet = [c for c in FLEET if c[1] in have] if demand else []
+    if demand and "fleet_usd_per_hour" not in have and FLEET_IN_USE[1] in have:
+        fleet.append(FLEET_IN_USE)
     columns = [c for c in BEST if c[1] in best.columns]
     one = table(f"{title}; fleet for {demand}" if fleet else title, columns + fleet, caption)
     if not fleet or natural_width(one) <= width:

@@ -86,6 +86,9 @@ def test_the_search_answer_counts_racks_for_nvl72() -> None:
     assert "12 racks" in out  # 800 / 72 = 11.1 -> 12
     assert "100 nodes" in out  # 800 / 8
     assert "nodes / racks" in out
+    # the $ per hour is what is bought (whole racks), not the GPUs in use x price
+    assert "1,001" in out
+    assert "1,002" in out
 
 
 def test_the_space_sweeps_wide_ep_and_prunes_with_reasons() -> None:
