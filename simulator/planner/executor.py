@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -95,10 +95,7 @@ def run_all(
     context = mp.get_context("spawn") if threading.active_count() > 1 else None
     pool = worker_pool(workers, context)
     try:
-        with ctrl_c_held():
-            futures = {
-                pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo
-            }
+        futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
         for future in as_completed(futures):
             sc, path = futures[future]
             store(sc, path, future.result())
@@ -153,8 +150,6 @@ def die_with_parent(parent_pid: int) -> None:
     server as its parent, which dies with ``parent_pid``.) Where prctl is missing, only
     the Ctrl-C part applies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):  # born with Ctrl-C held (ctrl_c_held): now ignored
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if not _set_parent_death_signal(signal.SIGKILL):
         return
     if os.getppid() != parent_pid and not pid_alive(parent_pid):
@@ -171,25 +166,6 @@ def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPool
         initializer=die_with_parent,
         initargs=(os.getpid(),),
     )
-
-
-@contextlib.contextmanager
-def ctrl_c_held() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT blocked) while work is submitted: the workers the pool starts then
-    inherit the blocked signal, so none can die of a Ctrl-C before its initializer ignores
-    it (a terminal sends Ctrl-C to the whole process group), and a Ctrl-C that came meanwhile
-    reaches this process when the block ends, where ``stop_pool`` kills the workers. Only in
-    the main thread, where Python handles signals, and where the platform can block them."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not (
-        threading.main_thread()
-    ):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def stop_pool(pool: ProcessPoolExecutor, exc: BaseException) -> None:

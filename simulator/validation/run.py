@@ -17,13 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from simulator.planner.executor import (
-    ctrl_c_held,
-    read_cached,
-    stop_pool,
-    worker_pool,
-    write_whole,
-)
+from simulator.planner.executor import read_cached, stop_pool, worker_pool, write_whole
 from simulator.planner.space import scenario_hash
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
@@ -157,8 +151,7 @@ def run_parallel(
     order = sorted(range(total), key=lambda i: -cost(items[i]))
     pool = worker_pool(workers)
     try:
-        with ctrl_c_held():
-            futures = {pool.submit(fn, items[i]): i for i in order}
+        futures = {pool.submit(fn, items[i]): i for i in order}
         for future in as_completed(futures):
             got(futures[future], future.result())
     except BaseException as exc:
