@@ -150,7 +150,12 @@ def test_ctrl_c_at_the_terminal_stops_everything_with_one_traceback() -> None:
     assert len(workers) >= 2
     time.sleep(1.0)  # the workers are in their task
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=15)
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:  # do not leave the group running into later tests
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the parent did not stop within 15 s of the Ctrl-C")
     assert proc.returncode != 0
     assert err.count("Traceback") == 1
     assert err.rstrip().endswith("KeyboardInterrupt")
