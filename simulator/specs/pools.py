@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from simulator.specs.frozen import Spec
-from simulator.specs.serving import ServingConfig
+from simulator.specs.serving import All2AllBackend, LatentPlacement, ServingConfig
 
 Pool = Literal["prefill", "decode"]
 
@@ -39,10 +39,8 @@ class PoolServing(Spec):
     # wide-EP knobs of ServingConfig (validated there, against this pool's ep)
     eplb_redundant_experts: int | None = Field(default=None, ge=0)
     moe_load_imbalance: float | None = None
-    all2all_backend: Literal["generic", "deepep_high_throughput", "deepep_low_latency"] | None = (
-        None
-    )
-    latent_moe_projection: Literal["replicated", "rank_split"] | None = None
+    all2all_backend: All2AllBackend | None = None
+    latent_moe_projection: LatentPlacement | None = None
     max_num_seqs: PositiveInt | None = None
     max_num_batched_tokens: PositiveInt | None = None
 

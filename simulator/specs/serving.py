@@ -100,7 +100,7 @@ class ServingConfig(Spec):
     # prior); "deepep_high_throughput" / "deepep_low_latency" = vLLM --all2all-backend,
     # priced from the measured DeepEP tables (aiconfigurator-core moe_a2a) where the device
     # has them, else the generic form
-    all2all_backend: Literal["generic", "deepep_high_throughput", "deepep_low_latency"] = "generic"
+    all2all_backend: All2AllBackend = "generic"
     # latent MoE (card.moe.routed_hidden_size): the hidden <-> latent projections kept whole
     # on every TP rank ("replicated") or split across the TP ranks ("rank_split": 1/tp of the
     # weights and of the GEMMs on each rank, joined by an all-gather and a reduce-scatter)
