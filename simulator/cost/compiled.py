@@ -4,17 +4,18 @@ A step's op lines split in two. Most (projections, MLP / MoE, norms, the LM head
 collectives) depend only on the step's token counts: the number of decodes and their tokens,
 the number of prefill chunks and theirs (``Key``). The attention cores (and the few lines
 sized by the cached context: MLA's ``kv_b`` re-projection, DCP's prefill all-gather) depend on
-the context sums too, which differ in every step. So the first step of each key is priced in
-full (``StepOps``) and remembered as a :class:`Template`: every line's seconds, and where the
-context-dependent lines sit. A later step of that key records and prices only those lines
+the context sums too, which differ in every step. So the first step of each key records
+every line, prices all but the context lines (``row_totals(static_only=True)``) and keeps
+them as a :class:`Template`: every line's seconds, and where the context lines sit. Every
+step of the key, the first included, records and prices only those lines
 (``StepOps.static_off``) and drops them into the template's places; the sums then run over
-the same lines in the same order, so the price is the one the full path gives, to the last
-bit in practice (the context lines go through the same vectorised formulas in a shorter
-array; see ``benchmarks/golden.py``).
+the same lines in the same order as ``StepOps.finish`` would, so the price is the full
+path's, to the last bit in practice (the context lines go through the same vectorised
+formulas in a shorter array; ``tests/simulator/cost/test_compiled.py``, ``benchmarks/golden.py``).
 
 The latency models' bookkeeping (queries, extrapolations, seconds by source, the measured
-curves' query counts) advances by the template's share of them on every reuse, measured when
-the template was made.
+curves' query counts) advances by the template's share of them on every reuse, measured while
+the template was priced.
 """
 
 from __future__ import annotations
@@ -140,31 +141,25 @@ class CompiledPricer:
     def _full(
         self, key: tuple[Key, tuple[str, ...], tuple[str, ...]], shape: StepShape, dyn: StepOps
     ) -> StepCost:
-        """Price in full, and keep what a template needs (its share of the bookkeeping: the
-        full pricing's less that of its context lines, priced once more and taken back)."""
+        """Make the key's template (its lines priced, the context lines left out, and the
+        bookkeeping that pricing did), then price the step through it as a reuse would."""
         full = StepOps(self.m, shape)
         full.build()
         before = _Counts.now(self.m, _curves(full))
-        cost = full.finish(False)
-        after = _Counts.now(self.m, _curves(full))
-        if dyn.rows:
-            dyn.row_totals()
-        if dyn.colls:
-            dyn.collective_totals()
-        dyn_counts = _Counts.now(self.m, _curves(full)).minus(after)
-        dyn_counts.add_to(self.m, -1)
+        total = full.row_totals(static_only=True) if full.rows else np.zeros(0)
+        coll = full.collective_totals(static_only=True) if full.colls else np.zeros(0)
         if len(self.templates) >= MAX_TEMPLATES:
             del self.templates[next(iter(self.templates))]  # the least recently used
-        self.templates[key] = Template(
-            total=full.row_totals_cache,
+        tpl = self.templates[key] = Template(
+            total=total,
             cats=np.array([r[2] for r in full.rows], dtype=np.int64),
             dyn_rows=np.flatnonzero(np.array(full.dyn, dtype=bool)),
-            coll_total=full.coll_totals_cache,
+            coll_total=coll,
             dyn_colls=np.flatnonzero(np.array(full.dyn_colls, dtype=bool)),
             fused=full.fused,
-            static=after.minus(before).minus(dyn_counts),
+            static=_Counts.now(self.m, _curves(full)).minus(before),
         )
-        return cost
+        return self._reuse(tpl, dyn)
 
     def _reuse(self, tpl: Template, dyn: StepOps) -> StepCost:
         per_cat = np.zeros(len(CATEGORIES))

@@ -58,8 +58,6 @@ class StepOps:
         self.dyn: list[bool] = []
         self.dyn_colls: list[bool] = []
         self.static_off = False
-        self.row_totals_cache: NDArray[np.float64] = np.zeros(0)  # what finish() priced
-        self.coll_totals_cache: NDArray[np.float64] = np.zeros(0)
 
     # ---------------------------------------------------------------- recording
 
@@ -466,8 +464,9 @@ class StepOps:
 
     # ---------------------------------------------------------------- pricing
 
-    def row_totals(self) -> NDArray[np.float64]:
-        """Seconds x count of every recorded row (tallied by source)."""
+    def row_totals(self, static_only: bool = False) -> NDArray[np.float64]:
+        """Seconds x count of every recorded row (tallied by source). ``static_only``: the
+        context rows are left at 0, unpriced and untallied (a template's share)."""
         lat = self.m.latency
         _, classes, _, counts, flops, bytes_, kernels, peaks = zip(*self.rows, strict=True)
         kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
@@ -476,18 +475,20 @@ class StepOps:
             shapes = np.full((len(classes), 4), np.nan)
             for i, shape in self.shapes.items():
                 shapes[i] = shape
-        rest = [i for i in range(len(classes)) if i not in self.curves]
-        secs = np.empty(len(classes))
+        skip = self.dyn if static_only else [False] * len(classes)
+        curves = {i: c for i, c in self.curves.items() if not skip[i]}
+        rest = [i for i in range(len(classes)) if i not in self.curves and not skip[i]]
+        secs = np.zeros(len(classes)) if static_only else np.empty(len(classes))
         if rest:
             idx = np.array(rest)
             secs[idx] = lat.compute_seconds_mixed(
                 [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
                 np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
             )  # fmt: skip
-        for i, (curve, at) in self.curves.items():
+        for i, (curve, at) in curves.items():
             secs[i] = curve.seconds(*at)
         total: NDArray[np.float64] = secs * np.array(counts)
-        self._account(total, [(i, classes[i]) for i in rest], self.curves)
+        self._account(total, [(i, classes[i]) for i in rest], curves)
         return total
 
     def finish(self, detail: bool) -> StepCost:
@@ -496,7 +497,7 @@ class StepOps:
         lines: list[OpLine] = []
         gpu = 0.0
         if self.rows:
-            total = self.row_totals_cache = self.row_totals()
+            total = self.row_totals()
             cats = [r[2] for r in self.rows]
             per_cat += np.bincount(cats, weights=total, minlength=len(CATEGORIES))
             gpu += float(total.sum())
@@ -512,7 +513,7 @@ class StepOps:
             per_cat[self.cat_index["overhead"]] += launches
             gpu += launches
         if self.colls:
-            coll = self.coll_totals_cache = self.collective_totals()
+            coll = self.collective_totals()
             comm = float(coll.sum())
             if detail:
                 lines += [
@@ -572,12 +573,15 @@ class StepOps:
             )
             tally[label] += float(total[i])
 
-    def collective_totals(self) -> NDArray[np.float64]:
-        """Seconds x count of every recorded collective (tallied by source)."""
+    def collective_totals(self, static_only: bool = False) -> NDArray[np.float64]:
+        """Seconds x count of every recorded collective (tallied by source); ``static_only``
+        as in ``row_totals``."""
         lat = self.m.latency
-        _, classes, counts, sizes, worlds, curves = zip(*self.colls, strict=True)
+        keep = [i for i, d in enumerate(self.dyn_colls) if not (static_only and d)]
+        _, classes, counts, sizes, worlds, all_curves = zip(*self.colls, strict=True)
+        curves = [all_curves[i] if i in keep else None for i in range(len(all_curves))]
         secs = [0.0] * len(curves)
-        rest = [i for i, c in enumerate(curves) if c is None]
+        rest = [i for i in keep if curves[i] is None]
         if rest:
             priced = lat.collective_seconds_mixed(
                 [classes[i] for i in rest], [sizes[i] for i in rest], [worlds[i] for i in rest]
@@ -585,17 +589,18 @@ class StepOps:
             for i, t in zip(rest, priced, strict=True):
                 secs[i] = t
         if self.fused:  # fused kernels hide the latency term of small collectives
-            zero = lat.collective_seconds_mixed(list(classes), [0.0] * len(sizes), list(worlds))
-            for i, curve in enumerate(curves):
-                if curve is not None:
-                    zero[i] = curve.seconds(1.0)
+            zero = [0.0] * len(curves)
+            at_zero = lat.collective_seconds_mixed(
+                [classes[i] for i in keep], [0.0] * len(keep), [worlds[i] for i in keep]
+            )
+            for i, z in zip(keep, at_zero, strict=True):
+                curve = curves[i]
+                zero[i] = z if curve is None else curve.seconds(1.0)
             secs = [max(t - z, 0.0) for t, z in zip(secs, zero, strict=True)]
         for i, curve in enumerate(curves):  # last, so that last_outside is this query's
             if curve is not None:
                 t = curve.seconds(sizes[i])
                 secs[i] = max(t - zero[i], 0.0) if self.fused else t
         total: NDArray[np.float64] = np.array(secs) * np.array(counts)
-        self._account(
-            total, [(i, classes[i]) for i, c in enumerate(curves) if c is None], list(curves)
-        )
+        self._account(total, [(i, classes[i]) for i in rest], curves)
         return total
