@@ -289,6 +289,32 @@ class LatencyModels:
             out = out * self.table_ratio("gemm", shapes)
         return out
 
+    def compute_seconds_one(
+        self, op_class: str, flops: float, bytes_moved: float, peak_flops_per_s: float,
+        kernels: float,
+    ) -> float:  # fmt: skip
+        """``compute_seconds_mixed`` of one row (no shape table) in scalar arithmetic: the same
+        operations in the same order, so the same float, without numpy's per-call cost (a
+        template's few context lines are priced this way every step)."""
+        ce, me, launch, sharp = self._params(op_class)
+        model = self.fitted.get(op_class)
+        self.queries[op_class] += 1
+        if model is not None:
+            lo, hi = model.bytes_range
+            out = bytes_moved < lo * 0.999 or bytes_moved > hi * 1.001
+            if model.flops_range is not None:
+                flo, fhi = model.flops_range
+                out = out or flops < flo * 0.999 or flops > fhi * 1.001
+            if out:
+                self.extrapolations[op_class] += 1
+        compute = flops / (peak_flops_per_s * ce)
+        memory = bytes_moved / (self.profile.memory_bw_bytes_per_s * me)
+        both = compute if compute >= memory else memory
+        if sharp != np.inf:
+            top = both if both > 1e-30 else 1e-30
+            both = top * ((compute / top) ** sharp + (memory / top) ** sharp) ** (1.0 / sharp)
+        return both + kernels * launch
+
     def compute_seconds(
         self,
         op_class: str,

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 # Kernels per layer that survive when decode kernels are fused (attention, MoE, communication)
 FUSED_KERNELS_PER_LAYER = 3.0
+# at most this many rows are priced in scalar arithmetic (a template's context lines): below
+# it numpy's per-call cost is most of the price
+SCALAR_ROWS = 6
 
 
 class StepOps:
@@ -468,6 +471,8 @@ class StepOps:
         """Seconds x count of every recorded row (tallied by source). ``static_only``: the
         context rows are left at 0, unpriced and untallied (a template's share)."""
         lat = self.m.latency
+        if len(self.rows) <= SCALAR_ROWS and not self.want_shapes:
+            return self._row_totals_scalar(static_only)
         _, classes, _, counts, flops, bytes_, kernels, peaks = zip(*self.rows, strict=True)
         kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
         shapes = None
@@ -489,6 +494,28 @@ class StepOps:
             secs[i] = curve.seconds(*at)
         total: NDArray[np.float64] = secs * np.array(counts)
         self._account(total, [(i, classes[i]) for i in rest], curves)
+        return total
+
+    def _row_totals_scalar(self, static_only: bool) -> NDArray[np.float64]:
+        """``row_totals`` of a few rows in scalar arithmetic (``compute_seconds_one``)."""
+        lat = self.m.latency
+        secs: list[float] = []
+        rest: list[tuple[int, str]] = []
+        curves: dict[int, tuple[Curve, tuple[float, ...]]] = {}
+        for i, (_, cls, _, count, flops, b, kernels, peak) in enumerate(self.rows):
+            if static_only and self.dyn[i]:
+                secs.append(0.0)
+                continue
+            entry = self.curves.get(i)
+            if entry is not None:
+                curves[i] = entry
+                sec = entry[0].seconds(*entry[1])
+            else:
+                rest.append((i, cls))
+                sec = lat.compute_seconds_one(cls, flops, b, peak, 0.0 if self.fused else kernels)
+            secs.append(sec * count)
+        total = np.array(secs)
+        self._account(total, rest, curves)
         return total
 
     def finish(self, detail: bool) -> StepCost:

@@ -108,3 +108,33 @@ def test_least_recently_used_templates_go_first(monkeypatch: pytest.MonkeyPatch)
     assert compiled.latency.queries == full.latency.queries
     for src, secs in full.latency.seconds_by_source.items():
         assert compiled.latency.seconds_by_source[src] == pytest.approx(secs, rel=1e-9)
+
+
+@pytest.mark.parametrize("device", ["h100", "mi355x"])  # fitted models (finite p) / priors
+def test_one_row_in_scalar_arithmetic_is_the_vectorised_float(device: str) -> None:
+    """``compute_seconds_one`` (a template's few context lines) gives bit for bit what the
+    vectorised pass gives, and counts the same queries and extrapolations."""
+    from simulator.cost.latency import LatencyModels
+
+    profile = catalog.hardware_profile(device)
+    one, mixed = LatencyModels.for_device(profile), LatencyModels.for_device(profile)
+    classes = sorted({"gemm", "attn_decode", "attn_prefill", "mla_decode", "elementwise",
+                      "kda_prefill", *one.fitted})  # fmt: skip
+    classes = [c for c in classes if c not in ("allreduce", "allgather", "reducescatter",
+                                               "alltoall")]  # fmt: skip
+    rng = np.random.default_rng(1)
+    n = 200
+    cls = [classes[i] for i in rng.integers(0, len(classes), n)]
+    flops = 10.0 ** rng.uniform(3, 15, n)
+    moved = 10.0 ** rng.uniform(2, 11, n)
+    peak = np.full(n, profile.peak_flops_per_s.bf16)
+    kernels = rng.integers(0, 4, n).astype(float)
+    want = mixed.compute_seconds_mixed(cls, flops, moved, peak, kernels)
+    got = [one.compute_seconds_one(c, f, b, p, k)
+           for c, f, b, p, k in zip(cls, flops, moved, peak, kernels, strict=True)]  # fmt: skip
+    assert got == want.tolist()
+    assert one.queries == mixed.queries
+    assert one.extrapolations == mixed.extrapolations
+    if device == "h100":
+        assert any(np.isfinite(m.roofline.sharpness) for m in one.fitted.values() if m.roofline)
+        assert sum(one.extrapolations.values()) > 0  # the range checks ran
