@@ -268,10 +268,17 @@ def simulate(
     if latency.tables is not None:
         latency.tables.reset_counts()
 
+    # one step-cost model per serving config, shared by its replicas: it holds no replica
+    # state, only its pricing templates (DP16 makes 16x fewer full pricings)
+    costs: dict[int, StepCostModel] = {}  # by id: the pools' configs live through the run
+
     def replica(
         serving: ServingConfig, memory: MemoryReport, store: RemoteTier | None = None
     ) -> ReplicaParts:
-        cost = StepCostModel(card, device, serving, latency, batch_limits(device, serving)[1])
+        cost = costs.get(id(serving))
+        if cost is None:
+            seqs = batch_limits(device, serving)[1]
+            cost = costs[id(serving)] = StepCostModel(card, device, serving, latency, seqs)
         return _replica_parts(
             card, serving, memory, cost, scenario.disaggregation is not None, store
         )

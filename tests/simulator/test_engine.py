@@ -238,3 +238,36 @@ def test_progress_reports_while_nothing_finishes_and_a_raise_stops_the_run(
     assert len(calls) == 5
     assert all(done == 0 for _, done in calls)  # reported before any request finished
     assert [t for t, _ in calls] == sorted(t for t, _ in calls)
+
+
+def test_replicas_of_one_serving_config_share_their_step_cost_model(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """DP replicas price through one model (its templates serve them all), and the answer is
+    the one separate models give."""
+    from simulator import simulation
+    from simulator.specs import Scenario
+
+    scenario = Scenario.model_validate({
+        "name": "dp4", "model": "llama-3.1-8b", "device": "h100", "serving": {"tp": 1, "dp": 4},
+        "workload": {"kind": "random", "input_tokens": 300, "output_tokens": 40,
+                     "num_requests": 40, "concurrency": 8},
+    })  # fmt: skip
+    built: list[StepCostModel] = []
+
+    class Counting(StepCostModel):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(simulation, "StepCostModel", Counting)
+    shared = simulation.simulate(scenario).summary
+    assert len(built) == 1
+    # the same run with a model per replica
+    real_parts = simulation._replica_parts
+
+    def own_model(card, serving, memory, cost, *rest):  # type: ignore[no-untyped-def]
+        seqs = simulation.batch_limits(cost.device, serving)[1]
+        own = StepCostModel(card, cost.device, serving, cost.latency, seqs)
+        return real_parts(card, serving, memory, own, *rest)
+
+    monkeypatch.setattr(simulation, "_replica_parts", own_model)
+    assert simulation.simulate(scenario).summary == shared
