@@ -158,16 +158,20 @@ def _dispatch_combine(so: StepOps, n: float, bytes_per_rank: float) -> None:
     serving, device = so.m.serving, so.m.device
     ep, backend = serving.ep, serving.all2all_backend
     wide = ep > scale_up_domain(device)
+    curves = so.m.alltoall_curves  # made once per step model
     for phase, name in (("dispatch", "moe.dispatch_alltoall"), ("combine", "moe.combine_alltoall")):
-        if backend != "generic":
-            key = f"{so.prefix}{name}:{backend}"
-            inner, world = so.look.moe_alltoall(key, backend, phase, float(ep))
+        key = f"{so.prefix}{name}:{backend}"
+        curve = curves.get(key)
+        if curve is None and key not in curves:
+            inner, world = (None, 0.0)
+            if backend != "generic":
+                inner, world = so.look.moe_alltoall(key, backend, phase, float(ep))
             if inner is not None:
                 curve = AllToAllCurve(device, ep, inner, world)
-                so.collective_curve(name, "alltoall", n, bytes_per_rank, ep, curve)
-                continue
-        if wide:  # beyond the scale-up domain: the two-link prior
-            curve = AllToAllCurve(device, ep)
+            elif wide:  # beyond the scale-up domain: the two-link prior
+                curve = AllToAllCurve(device, ep)
+            curves[key] = curve
+        if curve is not None:
             so.collective_curve(name, "alltoall", n, bytes_per_rank, ep, curve)
         else:
             so.collective(name, "alltoall", n, bytes_per_rank, ep)

@@ -26,6 +26,7 @@ from simulator.cost.compiled import CompiledPricer
 from simulator.cost.latency import LatencyModels
 from simulator.cost.layers import StepOps
 from simulator.cost.lookups import Lookups
+from simulator.cost.moe_ep import AllToAllCurve
 from simulator.cost.shapes import (
     StepCost,
     StepShape,
@@ -116,6 +117,9 @@ class StepCostModel:
         self.latency = latency or LatencyModels.for_device(device)
         self.lookups = Lookups(self.latency.tables, card, serving, self.latency.calibrated)
         self.use_templates = True
+        # EP dispatch / combine curves by line (None: the device's table or prior), made
+        # at the first step that asks (simulator/cost/moe_ep.py)
+        self.alltoall_curves: dict[str, AllToAllCurve | None] = {}
         self.pricer = CompiledPricer(self)
         self.decode_query_len = 1 + serving.num_speculative_tokens
         self.graph_sizes = cuda_graph_sizes(max_num_seqs, self.decode_query_len)
