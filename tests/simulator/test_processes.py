@@ -121,8 +121,10 @@ def test_ctrl_c_kills_the_running_workers_at_once() -> None:
 
 CTRL_C_SCRIPT = textwrap.dedent(
     """
-    import time
+    import faulthandler, signal, time
     from simulator.validation.run import run_parallel
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a hang is, for the test
 
     run_parallel(time.sleep, [60.0] * 4, lambda s: s, workers=2,
                  on_result=lambda i, r: None)
@@ -153,9 +155,11 @@ def test_ctrl_c_at_the_terminal_stops_everything_with_one_traceback() -> None:
     try:
         _, err = proc.communicate(timeout=15)
     except subprocess.TimeoutExpired:  # do not leave the group running into later tests
+        os.kill(proc.pid, signal.SIGUSR1)  # its threads' stacks to stderr (faulthandler)
+        time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("the parent did not stop within 15 s of the Ctrl-C")
+        _, err = proc.communicate()
+        pytest.fail(f"the parent did not stop within 15 s of the Ctrl-C:\n{err[-4000:]}")
     assert proc.returncode != 0
     assert err.count("Traceback") == 1
     assert err.rstrip().endswith("KeyboardInterrupt")
