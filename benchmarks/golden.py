@@ -1,9 +1,10 @@
-"""Golden summaries: the engine's answers on six scenarios, kept to show that a speed change
+"""Golden summaries: the engine's answers on seven scenarios, kept to show that a speed change
 changed no result.
 
 The scenarios (``benchmarks/golden/*.yaml``) cover the paths an optimisation can break: a
 hybrid agentic replay with a host tier (offload), DCP, speculative decoding, prefill/decode
-disaggregation with send-back, DP-replicated random prompts, and Vidur's reference workload.
+disaggregation with send-back, DP-replicated random prompts, Vidur's reference workload, and
+P/D pools of their own parallelism with a DP16 / EP16 DeepEP decode pool.
 ``--write`` stores each summary as ``benchmarks/golden/<name>.json``; without it each run is
 compared with the stored one: integers and strings exactly, floats within ``--rtol``
 (default 1e-9: bit-for-bit up to the order of floating-point sums).
