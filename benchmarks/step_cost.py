@@ -4,7 +4,10 @@ Kimi K3 at TP8 on MI355X, priced with the profile's roofline priors:
   decode64  64 decodes at 100k context
   mixed     4 prefill chunks of 2048 tokens (contexts 0-100k) + 60 decodes at 100k
 Two entry points: ``step(new, ctx)`` (per-request arrays, as a caller with a batch list would
-use it) and ``price(shape)`` (the engine keeps the sums of StepShape itself).
+use it) and ``price(shape)`` (the engine keeps the sums of StepShape itself). Then, at DCP 8
+with 40 decodes and one prefill chunk, the engine's two cases of ``price``: ``new key`` (a
+chunk of a size not seen before: the key's template is made; each eval a new size) and
+``known key`` (the template reused, new contexts: docs/engine-speed.md).
 
 Run:  .venv/bin/python benchmarks/step_cost.py [--repeats 7] [--evals 3000]
 Prints the median of the repeats (this machine is shared and noisy; medians, not means).
@@ -23,6 +26,7 @@ import numpy as np
 
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
+from simulator.cost.shapes import StepCost
 from simulator.cost.step import StepCostModel, shape_of
 from simulator.specs import ServingConfig
 
@@ -60,6 +64,34 @@ def main() -> None:
                 rates.append(args.evals / (time.perf_counter() - start))
             rate = statistics.median(rates)
             print(f"{name:10} {label:14} {rate:17,.0f} {1e6 / rate:8.1f}")
+    # the engine's two cases: a step of a token-count key not seen before (a prompt's last
+    # chunk: a template is made) and one of a known key with new contexts (a template reuse)
+    dcp8 = StepCostModel(
+        catalog.model_card("kimi-k3"), profile, ServingConfig(tp=8, dcp=8), LatencyModels(profile)
+    )
+    decodes_ctx = [80_000] * 40
+
+    def new_key(i: int) -> StepCost:
+        return dcp8.price(
+            shape_of(np.array([100 + i] + [1] * 40), np.array([50_000, *decodes_ctx]))
+        )
+
+    def known_key(i: int) -> StepCost:
+        ctx = np.array([50_000 + 100 * (i % 1000), *decodes_ctx])
+        return dcp8.price(shape_of(np.array([4000] + [1] * 40), ctx))
+
+    known_key(0)
+    offset = 0
+    for case, price in (("new key", new_key), ("known key", known_key)):
+        rates = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            for i in range(args.evals):
+                price(offset + i)
+            rates.append(args.evals / (time.perf_counter() - start))
+            offset += args.evals
+        rate = statistics.median(rates)
+        print(f"{case:10} {'price(DCP8)':14} {rate:17,.0f} {1e6 / rate:8.1f}")
 
 
 if __name__ == "__main__":
