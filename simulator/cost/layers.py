@@ -12,13 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.cost import moe_ep, ops, sparse_ops
-from simulator.cost.lookups import causal_length
+from simulator.cost import mixers, moe_ep, ops, sparse_ops
 from simulator.cost.mamba2 import add_mamba2_lines
 from simulator.cost.ops import OpClass, Work
 from simulator.cost.shapes import CAT_INDEX, CATEGORIES, Category, OpLine, StepCost, StepShape
 from simulator.specs.model import ModuleGroup
-from simulator.specs.precision import STATE_BYTES, kv_element_bytes
 from simulator.weights import precision_of
 
 if TYPE_CHECKING:
@@ -160,17 +158,17 @@ class StepOps:
                 bf16_peak,
             )  # fmt: skip
         if "mla" in m.counts:
-            self._mla(m.counts["mla"])
+            mixers.record_mla(self, m.counts["mla"])
         for kind in ("gqa", "swa", "sparse_gqa"):
             if kind in m.counts:
-                self._gqa(kind, m.counts[kind])
+                mixers.record_gqa(self, kind, m.counts[kind])
         for kind in sparse_ops.KINDS:  # simulator/cost/sparse_ops.py
             if kind in m.counts:
                 sparse_ops.record(self, kind, m.counts[kind])
         if static:
             for kind in ("kda", "gdn"):
                 if kind in m.counts:
-                    self._linear(m.counts[kind])
+                    mixers.record_linear(self, m.counts[kind])
             if "mamba2" in m.counts:
                 add_mamba2_lines(self, m.counts["mamba2"])
             n_attn = sum(v for k, v in m.counts.items() if k != "none")  # none: MLP-only
@@ -207,11 +205,11 @@ class StepOps:
             None,
         )
         if kind == "mla":
-            self._mla(k)
+            mixers.record_mla(self, k)
         elif kind in sparse_ops.KINDS:
             sparse_ops.record(self, kind, k)
         elif kind is not None:
-            self._gqa(kind, k)
+            mixers.record_gqa(self, kind, k)
         if not self.static_off:
             self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
             if card.moe_layer_mask[-1]:
@@ -221,214 +219,6 @@ class StepOps:
             self.gemm("lm_head", "dense", k, b, card.vocab_size / tp, d, "lm_head")
         self.t, self.s = saved_t, saved_s
         self.prefix, self.drafting = "", None
-
-    def _mla(self, n: float) -> None:
-        m, s, t = self.m, self.s, self.t
-        card, serving = m.card, m.serving
-        mla = card.mla
-        assert mla is not None
-        tp, dcp = serving.tp, serving.dcp
-        d = float(card.hidden_size)
-        h = mla.num_heads / tp
-        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        lat = mla.kv_lora_rank + mla.qk_rope_head_dim
-        w = self.wbytes("attention")
-        bf16 = m.device.peak_flops_per_s.bf16
-        static = not self.static_off
-        if static:
-            if mla.q_lora_rank:
-                self.gemm("mla.q_a_proj", "attention", n, t, mla.q_lora_rank, d, "attention")
-                self.gemm("mla.q_b_proj", "attention", n, t, h * qk, mla.q_lora_rank, "attention")
-            else:
-                self.gemm("mla.q_proj", "attention", n, t, h * qk, d, "attention")
-            self.gemm("mla.kv_a_proj", "attention", n, t, lat, d, "attention")
-        kv_tok = m.mla_kv_bytes_per_token
-        core_dec = self.look.mla(self.prefix + "mla.decode_attention", "decode", h * dcp)
-        core_pre = self.look.mla(self.prefix + "mla.prefill_attention", "prefill", h)
-        if static and not ((s.num_decodes and core_dec) or (s.num_prefills and core_pre)):
-            # the measured attention cores include the layer norms and RoPE
-            self.add(
-                "mla.norm_rope", "elementwise", "attention", n,
-                ops.elementwise(t * (lat + h * mla.qk_rope_head_dim), 6.0), bf16,
-            )  # fmt: skip
-        if s.num_decodes:
-            td = float(s.decode_tokens)
-            if static:
-                self.add(
-                    "mla.w_uk_absorb", "gemm", "attention", n,
-                    ops.bmm(h, td, mla.kv_lora_rank, mla.qk_nope_head_dim, w),
-                    self.peak("attention"),
-                    self.look.bmm(self.prefix + "mla.w_uk_absorb", "w_uk", h), (td,),
-                )  # fmt: skip
-            # after the query all-gather each DCP rank attends dcp x h heads over its 1/dcp shard
-            per_req_kv = s.decode_kv / s.num_decodes / dcp
-            work = ops.mla_decode(s.num_decodes, per_req_kv, h * dcp, kv_tok, td / s.num_decodes)
-            self.add(
-                "mla.decode_attention", "mla_decode", "attention", n, work, bf16,
-                core_dec, (td, per_req_kv), True,
-            )  # fmt: skip
-            if static:
-                self.add(
-                    "mla.w_uv", "gemm", "attention", n,
-                    ops.bmm(h, td, mla.v_head_dim, mla.kv_lora_rank, w), self.peak("attention"),
-                    self.look.bmm(self.prefix + "mla.w_uv", "w_uv", h), (td,),
-                )  # fmt: skip
-            if dcp > 1 and static:
-                self.collective("dcp.q_allgather", "allgather", n, td * h * lat * 2, dcp)
-                self.collective("dcp.lse_allgather", "allgather", n, td * h * dcp * 4, dcp)
-                out = td * h * mla.kv_lora_rank * 2
-                self.collective("dcp.out_reducescatter", "reducescatter", n, out, dcp)
-        if s.num_prefills:
-            work = ops.mla_prefill_work(s.prefill_kv, s.prefill_tokens, s.prefill_pairs, h, kv_tok)
-            isl = causal_length(s.prefill_pairs, s.num_prefills)
-            self.add(
-                "mla.prefill_attention", "mla_prefill", "attention", n, work, bf16,
-                core_pre, (float(s.num_prefills), isl), True,
-            )  # fmt: skip
-            prefix_tokens = s.prefill_kv - s.num_prefills * isl
-            if core_pre is not None and prefix_tokens > 0:
-                # the cached context is re-projected (kv_b) on every chunk: a GEMM of its own
-                kv_out = h * (mla.qk_nope_head_dim + mla.v_head_dim)
-                self.gemm(
-                    "mla.kv_b_context", "attention", n, prefix_tokens, kv_out, mla.kv_lora_rank,
-                    "attention", True,
-                )  # fmt: skip
-            if dcp > 1:
-                ctx_shard = (s.prefill_kv - s.prefill_tokens) / dcp * kv_tok
-                self.collective("dcp.prefill_kv_allgather", "allgather", n, ctx_shard, dcp, True)
-        if static and mla.output_gate:
-            self.gemm("mla.output_gate", "attention", n, t, h * mla.v_head_dim, d, "attention")
-        if static:
-            self.gemm("mla.o_proj", "attention", n, t, d, h * mla.v_head_dim, "attention")
-
-    def _gqa(self, kind: str, n: float) -> None:
-        m, s, t = self.m, self.s, self.t
-        card, serving = m.card, m.serving
-        g = card.gqa
-        assert g is not None
-        tp, dcp = serving.tp, serving.dcp
-        d = float(card.hidden_size)
-        h = g.num_heads / tp
-        kvh = max(g.num_kv_heads / tp, 1.0)
-        hd = float(g.head_dim)
-        bf16 = m.device.peak_flops_per_s.bf16
-        kvb = kv_element_bytes(serving.kv_cache_dtype)
-        q_out = h * hd * (2 if g.output_gate else 1)
-        name = f"{kind}."
-        window = m.window if kind == "swa" else np.inf
-        tabled = kind != "sparse_gqa"  # the tables have no block-sparse attention
-        static = not self.static_off
-        if static:
-            self.gemm(name + "qkv_proj", "attention", n, t, q_out + 2 * kvh * hd, d, "attention")
-            self.add(
-                name + "rope", "elementwise", "attention", n,
-                ops.elementwise(t * (h + kvh) * hd, 4.0), bf16,
-            )  # fmt: skip
-        if s.num_decodes:
-            kv = {"swa": s.decode_kv_window, "sparse_gqa": s.decode_kv_sparse}.get(
-                kind, s.decode_kv
-            )
-            q = s.decode_tokens / s.num_decodes
-            per_req = kv / s.num_decodes / dcp
-            work = ops.attn_decode(s.num_decodes, per_req, h * dcp, kvh, hd, kvb, q)
-            curve = (
-                self.look.attention(
-                    self.prefix + name + "decode_attention", "decode", hd, window, h * dcp, kvh
-                )
-                if tabled
-                else None
-            )
-            self.add(
-                name + "decode_attention", "attn_decode", "attention", n, work, bf16,
-                curve, (float(s.decode_tokens), min(per_req, window)), True,
-            )  # fmt: skip
-            if kind == "sparse_gqa" and g.index_num_heads and g.index_head_dim:
-                # the indexer scores every cached token with its own small keys
-                idx = ops.attn_decode(
-                    s.num_decodes, s.decode_kv / s.num_decodes / dcp,
-                    max(g.index_num_heads / tp, 1.0), max(g.index_num_heads / tp, 1.0),
-                    g.index_head_dim / 2, kvb, q,
-                )  # fmt: skip
-                self.add(name + "indexer", "attn_decode", "attention", n, idx, bf16, dynamic=True)
-            if dcp > 1 and static:
-                td = float(s.decode_tokens)
-                self.collective(name + "dcp_q_allgather", "allgather", n, td * h * hd * 2, dcp)
-                self.collective(
-                    name + "dcp_out_reducescatter", "reducescatter", n, td * h * hd * 2, dcp
-                )
-        if s.num_prefills:
-            windowed = kind == "swa"
-            pairs = s.prefill_pairs_window if windowed else s.prefill_pairs
-            work = ops.attn_prefill_work(
-                s.prefill_kv_window if windowed else s.prefill_kv,
-                s.prefill_tokens, pairs, h, kvh, hd, kvb,
-            )  # fmt: skip
-            curve = (
-                self.look.attention(
-                    self.prefix + name + "prefill_attention", "prefill", hd, window, h, kvh
-                )
-                if tabled
-                else None
-            )
-            at = (float(s.num_prefills), causal_length(pairs, s.num_prefills))
-            self.add(
-                name + "prefill_attention", "attn_prefill", "attention", n, work, bf16, curve, at,
-                True,
-            )  # fmt: skip
-        if static:
-            self.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
-
-    def _linear(self, n: float) -> None:
-        m, s, t = self.m, self.s, self.t
-        card, serving = m.card, m.serving
-        la = card.linear_attention
-        assert la is not None
-        tp = serving.tp
-        d = float(card.hidden_size)
-        hv, hk = la.num_v_heads / tp, la.num_k_heads / tp
-        dk, dv = float(la.head_k_dim), float(la.head_v_dim)
-        bf16 = m.device.peak_flops_per_s.bf16
-        conv = la.conv_dim / tp
-        state_b = STATE_BYTES[serving.state_dtype or la.state_dtype]
-        proj = conv + hv  # q, k, v (+ beta)
-        if la.kind == "gdn":
-            proj += hv * dv + hv  # z (output gate) and a
-        elif la.full_rank_gate:
-            proj += hv * dk + hv * dv  # decay and output gates at full rank
-        else:
-            self.gemm("kda.gate_a_proj", "recurrent", n, t, dk + dv, d, "linear_attention")
-            self.gemm("kda.gate_b_proj", "recurrent", n, t, hv * (dk + dv), dk, "linear_attention")
-        self.gemm(f"{la.kind}.in_proj", "recurrent", n, t, proj, d, "linear_attention")
-        fused = False  # KDA's measured decode kernel includes the short conv and gated norm
-        if s.num_prefills:
-            # decodes batched with prefills take the chunked kernel as length-1 sequences
-            seqs = s.num_prefills + s.num_decodes
-            work = ops.kda_prefill(seqs, s.num_tokens / seqs, hv, dk, state_b, dv)
-            curve = self.look.linear(f"{self.prefix}{la.kind}.chunked_prefill", "prefill", hk, hv)
-            self.add(
-                f"{la.kind}.chunked_prefill", "kda_prefill", "recurrent", n, work, bf16,
-                curve, (float(seqs), s.num_tokens / seqs),
-            )  # fmt: skip
-        else:
-            q = s.decode_tokens / s.num_decodes
-            work = ops.kda_decode(s.num_decodes, hv, dk, dv, state_b, q)
-            phase = "decode" if q == 1 else "verify"
-            curve = self.look.linear(f"{self.prefix}{la.kind}.recurrent_{phase}", phase, hk, hv)
-            at = (float(s.num_decodes),) if q == 1 else (float(s.num_decodes), q)
-            self.add(
-                f"{la.kind}.recurrent_decode", "kda_decode", "recurrent", n, work, bf16, curve, at
-            )
-            fused = curve is not None and la.kind == "kda" and q == 1
-        if not fused:
-            self.add(
-                f"{la.kind}.short_conv", "elementwise", "recurrent", n,
-                ops.elementwise(t * conv, 4.0, 8.0), bf16,
-            )  # fmt: skip
-            self.add(
-                f"{la.kind}.out_norm_gate", "elementwise", "recurrent", n,
-                ops.elementwise(t * hv * dv, 6.0), bf16,
-            )  # fmt: skip
-        self.gemm(f"{la.kind}.o_proj", "recurrent", n, t, d, hv * dv, "linear_attention")
 
     def _dense_mlp(self, n: float) -> None:
         m, t = self.m, self.t
@@ -606,7 +396,8 @@ class StepOps:
         lat = self.m.latency
         keep = [i for i, d in enumerate(self.dyn_colls) if not (static_only and d)]
         _, classes, counts, sizes, worlds, all_curves = zip(*self.colls, strict=True)
-        curves = [all_curves[i] if i in keep else None for i in range(len(all_curves))]
+        kept = set(keep)
+        curves = [c if i in kept else None for i, c in enumerate(all_curves)]
         secs = [0.0] * len(curves)
         rest = [i for i in keep if curves[i] is None]
         if rest:
