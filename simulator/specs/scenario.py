@@ -57,17 +57,21 @@ class _Replay(Spec):
     """How sessions are replayed: closed loop (``concurrency`` users running sessions back to
     back), Poisson session arrivals (``session_rate_per_s``), or (traces only, neither given)
     open loop on the trace timestamps. Think times are multiplied by ``think_time_scale`` and
-    capped at ``think_time_cap_s``."""
+    capped at ``think_time_cap_s``. ``ramp_s`` (closed loop): the users start evenly over
+    the first ``ramp_s`` seconds (user k at k x ramp_s / concurrency) instead of all at 0."""
 
     concurrency: PositiveInt | None = None
     session_rate_per_s: PositiveFloat | None = None
     think_time_scale: PositiveFloat = 1.0
     think_time_cap_s: PositiveFloat | None = None
+    ramp_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_mode(self) -> Self:
         if self.concurrency is not None and self.session_rate_per_s is not None:
             raise ValueError("give concurrency (closed loop) or session_rate_per_s, not both")
+        if self.ramp_s > 0 and self.concurrency is None:
+            raise ValueError("ramp_s starts closed-loop users: it needs concurrency")
         return self
 
 

@@ -198,7 +198,9 @@ def build_replay(
             assert spec.request_rate_per_s is not None  # the spec's validator
             mode = poisson_sessions(spec.request_rate_per_s, seed)
     elif spec.concurrency is not None:
-        mode = closed_loop(spec.concurrency, spec.think_time_scale, spec.think_time_cap_s)
+        mode = closed_loop(
+            spec.concurrency, spec.think_time_scale, spec.think_time_cap_s, spec.ramp_s
+        )
     elif spec.session_rate_per_s is not None:
         mode = poisson_sessions(
             spec.session_rate_per_s, seed, spec.think_time_scale, spec.think_time_cap_s

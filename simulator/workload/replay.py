@@ -64,6 +64,7 @@ class ClosedLoop:
     users: int
     think_time_scale: float = 1.0
     think_time_cap_s: float | None = None
+    ramp_s: float = 0.0  # user k starts at k x ramp_s / users
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +84,16 @@ ReplayMode = ClosedLoop | OpenLoop | PoissonSessions
 
 
 def closed_loop(
-    users: int, think_time_scale: float = 1.0, think_time_cap_s: float | None = None
+    users: int,
+    think_time_scale: float = 1.0,
+    think_time_cap_s: float | None = None,
+    ramp_s: float = 0.0,
 ) -> ClosedLoop:
     if users < 1:
         raise ValueError(f"users must be >= 1, got {users}")
-    return ClosedLoop(users, think_time_scale, think_time_cap_s)
+    if not ramp_s >= 0:
+        raise ValueError(f"ramp_s must be >= 0, got {ramp_s}")
+    return ClosedLoop(users, think_time_scale, think_time_cap_s, ramp_s)
 
 
 def open_loop(time_scale: float = 1.0) -> OpenLoop:
@@ -246,15 +252,17 @@ class Replay:
     # ---------------------------------------------------------------- the engine's interface
 
     def initial(self) -> list[Due]:
-        """Requests due at the start: each closed-loop user's first turn (else empty)."""
+        """Requests due at the start: each closed-loop user's first turn (else empty), user
+        k's at k x ramp_s / users."""
         if self._started:
             raise RuntimeError("initial() may be called once")
         self._started = True
-        if not isinstance(self.mode, ClosedLoop):
+        mode = self.mode
+        if not isinstance(mode, ClosedLoop):
             return []
         out: list[Due] = []
-        for user in range(self.mode.users):
-            out += self._next_session(user, 0.0)
+        for user in range(mode.users):
+            out += self._next_session(user, mode.ramp_s * user / mode.users)
             if self._exhausted:
                 break
         return out

@@ -169,6 +169,14 @@ def test_build_replay_picks_the_mode_from_the_spec(weka_file: Path) -> None:
     assert [r.turn for _, r in agentic.initial()] == [0, 0]
 
 
+def test_a_ramp_starts_the_closed_loop_users_evenly() -> None:
+    ramped = build_replay(AgenticWorkload(sessions=8, concurrency=4, ramp_s=100.0), 0)
+    assert ramped.mode == ClosedLoop(4, 1.0, None, 100.0)
+    assert [t for t, _ in ramped.initial()] == [0.0, 25.0, 50.0, 75.0]  # first turns: no think
+    at_once = build_replay(AgenticWorkload(sessions=8, concurrency=4), 0)
+    assert [t for t, _ in at_once.initial()] == [0.0] * 4
+
+
 def test_workload_specs_reject_ambiguous_modes() -> None:
     with pytest.raises(ValidationError, match="not both"):
         TraceWorkload(path="x", concurrency=2, session_rate_per_s=1.0)
@@ -178,6 +186,10 @@ def test_workload_specs_reject_ambiguous_modes() -> None:
         RandomPromptWorkload(input_tokens=1, output_tokens=1, num_requests=1)
     with pytest.raises(ValidationError, match="extra"):
         TraceWorkload(path="x", skipbad=True)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="needs concurrency"):
+        AgenticWorkload(sessions=3, session_rate_per_s=1.0, ramp_s=60.0)
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
+        AgenticWorkload(sessions=3, concurrency=2, ramp_s=-1.0)
 
 
 def test_a_sub_agent_group_can_open_a_session() -> None:
