@@ -23,6 +23,8 @@ whether or not its request finished there:
   inside the window. By tier: ``gpu_hit_rate``, ``cpu_hit_rate`` (the host tier),
   ``store_hit_rate`` (the remote KV store, ``kv_store``) and, disaggregated, ``remote_hit_rate``
   (pulled back from the decode side); they sum to ``prefix_hit_rate``.
+  ``prefix_hit_rate_quarters``: the same in each quarter of the window; quarters that differ
+  by more than ``UNSTEADY_HIT_SPREAD`` mean the window holds a change of the cache's state.
   ``recomputed_prompt_tokens`` is over the finished requests counted in
   ``requests_finished``; ``preemptions`` over every finished request, as before.
 - Saturation (``saturated``): the waiting queue (requests not admitted, all replicas; the
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,6 +56,11 @@ from numpy.typing import NDArray
 
 from simulator.scheduler import ReqState, Status
 from simulator.specs.frozen import Frozen
+
+# quarters of the window whose prefix-hit rates differ by more than this (a fraction) mark a
+# run as not steady: an assumption (a cache switching between ~90 % and ~0 % hits,
+# docs/kv-pressure.md, is far above it; a steady agentic run varies by a few points)
+UNSTEADY_HIT_SPREAD = 0.15
 
 
 @dataclass(slots=True)
@@ -200,6 +207,9 @@ class Summary(Frozen):
     ttft_s_p99: float | None
     e2e_s_p50: float | None
     prefix_hit_rate: float
+    # the same in each quarter of the window (None: no prompt tokens there): a spread over
+    # UNSTEADY_HIT_SPREAD means the cache changed state inside the window (``unsteady``)
+    prefix_hit_rate_quarters: tuple[float | None, ...] = ()
     gpu_hit_rate: float
     cpu_hit_rate: float  # the host tier's (store loads excluded)
     recomputed_prompt_tokens: int
@@ -302,7 +312,9 @@ def _gaps_in_window(
     return np.where(inside, counts, np.where(gaps > 0, part, at_end))
 
 
-def _window_tokens(rec: Recorder, clients: list[ReqState], w0: float, w1: float) -> _Window:
+def _prompt_parts(rec: Recorder, w0: float, w1: float) -> _Window:
+    """The prompt tokens of [w0, w1]: served from each tier (hits at admission) and computed
+    (each step's prompt tokens pro rata of its time in the window)."""
     out = _Window()
     if w1 <= w0:
         return out
@@ -317,13 +329,39 @@ def _window_tokens(rec: Recorder, clients: list[ReqState], w0: float, w1: float)
         out.computed = float((a[:, 2] * _overlap_share(a[:, 0], a[:, 1], w0, w1)).sum())
     # steps still running when the run stopped: pro rata of their time before the stop
     stop = rec.end_s if rec.end_s is not None else w1
-    open_steps = rec.open_steps if rec.end_s is not None else []
-    for o in open_steps:
+    for o in rec.open_steps if rec.end_s is not None else []:
         if o.prompt_computed:
             share = _overlap_share(
                 np.array([o.start_s]), np.array([o.step_s * o.steps]), w0, min(w1, stop)
             )
             out.computed += o.prompt_computed * float(share[0])
+    return out
+
+
+def hit_rate_quarters(rec: Recorder, w0: float, w1: float) -> tuple[float | None, ...]:
+    """The prefix-hit rate (``Summary.prefix_hit_rate``'s definition) in each quarter of the
+    window [w0, w1]; None for a quarter without prompt tokens. A cache that switches state
+    inside the window (docs/kv-pressure.md) shows here."""
+    edges = np.linspace(w0, w1, 5)
+    out: list[float | None] = []
+    for a, b in itertools.pairwise(edges.tolist()):
+        part = _prompt_parts(rec, a, b)
+        out.append((part.gpu + part.cpu + part.remote) / part.prompt if part.prompt else None)
+    return tuple(out)
+
+
+def unsteady(quarters: Sequence[float | None]) -> bool:
+    """Do the quarters' hit rates differ by more than ``UNSTEADY_HIT_SPREAD``?"""
+    known = [q for q in quarters if q is not None]
+    return len(known) > 1 and max(known) - min(known) > UNSTEADY_HIT_SPREAD
+
+
+def _window_tokens(rec: Recorder, clients: list[ReqState], w0: float, w1: float) -> _Window:
+    out = _prompt_parts(rec, w0, w1)
+    if w1 <= w0:
+        return out
+    stop = rec.end_s if rec.end_s is not None else w1
+    open_steps = rec.open_steps if rec.end_s is not None else []
     # output tokens: each request's first emission, then its runs of inter-token gaps
     first = sum(
         1
@@ -479,6 +517,7 @@ def summarize(
         ttft_s_p99=_pct(ttft, 99),
         e2e_s_p50=_pct(e2e, 50),
         prefix_hit_rate=(tok.gpu + tok.cpu + tok.remote) / prompt if prompt else 0.0,
+        prefix_hit_rate_quarters=hit_rate_quarters(rec, w0, w1),
         gpu_hit_rate=tok.gpu / prompt if prompt else 0.0,
         cpu_hit_rate=(tok.cpu - store) / prompt if prompt else 0.0,
         store_hit_rate=store / prompt if prompt else 0.0,

@@ -106,6 +106,7 @@ def _run(
 ) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from simulator.metrics import unsteady
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
 
     base = scenario_file.resolve().parent
@@ -173,6 +174,10 @@ def _run(
         ("prefix-cache hit rate (GPU + CPU + KV store)",
          f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%}"
          f" + {s.store_hit_rate:.1%})"),
+        ("prefix-hit rate by quarter of the window",
+         " / ".join(f"{100 * q:.0f} %" if q is not None else "-"
+                    for q in s.prefix_hit_rate_quarters)
+         + ("  (not steady)" if unsteady(s.prefix_hit_rate_quarters) else "")),
         ("prompt tokens recomputed (hybrid resume)", f"{s.recomputed_prompt_tokens:,}"),
         ("requests finished / rejected", f"{s.requests_finished:,} / {s.requests_rejected:,}"),
         ("requests in flight / waiting at the end",
@@ -202,6 +207,12 @@ def _run(
         what = shapes[0] if shapes[0] == shapes[1] else f"P {shapes[0]}, D {shapes[1]}"
         title += f" ({d.label}, {what} instances)"
     print_pairs(title, rows)
+    if unsteady(s.prefix_hit_rate_quarters):
+        typer.echo(
+            "  note: the prefix-hit rate changes inside the window (by quarter, above): the"
+            " cache switched state, so these figures depend on the window; a longer run or"
+            " several seeds show how often (docs/kv-pressure.md)"
+        )
     if s.window_end_reason == "workload_ended" and scenario.duration_s is not None:
         typer.echo(
             f"  note: the workload ended at {s.window_end_s:,.1f} s, before duration_s"

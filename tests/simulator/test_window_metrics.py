@@ -450,3 +450,32 @@ def test_waiting_and_in_flight_requests_at_the_end() -> None:
     assert s.requests_in_flight_at_end + s.requests_waiting_at_end == len(live)
     assert s.requests_in_flight_at_end <= 4
     assert all(isinstance(r, ReqState) for r in live)
+
+
+def test_hit_rate_quarters_show_a_cache_that_switches_state_inside_the_window() -> None:
+    """Each quarter's hit rate is the window formula on that quarter; quarters of 90 % and
+    0 % hits mark the run unsteady, quarters a few points apart do not."""
+    from simulator.metrics import HitRecord, StepRecord, hit_rate_quarters, unsteady
+
+    def recorder(hits: list[float]) -> Recorder:
+        rec = Recorder()
+        for k, share in enumerate(hits):  # one admission and one step per 100 s quarter
+            t = 100.0 * k + 10.0
+            rec.on_hit(HitRecord(0, t, int(1000 * share), 0, 0))
+            rec.on_step(
+                StepRecord(0, t, 1.0, 1, 0, 1000, 0, (), prompt_computed=1000 - int(1000 * share))
+            )
+        return rec
+
+    switching = recorder([0.9, 0.9, 0.0, 0.0])
+    quarters = hit_rate_quarters(switching, 0.0, 400.0)
+    assert quarters == pytest.approx((0.9, 0.9, 0.0, 0.0))
+    assert unsteady(quarters)
+    steady = hit_rate_quarters(recorder([0.9, 0.86, 0.93, 0.9]), 0.0, 400.0)
+    assert not unsteady(steady)
+    # the four quarters' tokens are the window's: the same rate over the whole window
+    whole = summarize(switching, 8, 0.0, 400.0).prefix_hit_rate
+    assert whole == pytest.approx(0.45)
+    assert summarize(switching, 8, 0.0, 400.0).prefix_hit_rate_quarters == quarters
+    assert hit_rate_quarters(Recorder(), 0.0, 400.0) == (None, None, None, None)
+    assert not unsteady((None, 0.9, None, None))
