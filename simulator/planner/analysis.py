@@ -102,6 +102,7 @@ def runs_table(
                     "interactivity_p90_worst": r["interactivity_p90_worst"],
                     "ttft_p90_s_worst": r["ttft_p90_s_worst"],
                     "saturated": r["saturated_seeds"] > 0,
+                    "unsteady_seeds": r.get("unsteady_seeds", 0),
                     "gpu_hit_rate": _mean(reps, "gpu_hit_rate"),
                     "cpu_hit_rate": _mean(reps, "cpu_hit_rate"),
                     "kv_cache_gib_per_gpu": r["kv_cache_gib_per_gpu"],

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.metrics import unsteady
 from simulator.specs.scenario import SLO, Scenario
 
 # Student-t 0.975 quantiles by degrees of freedom (scipy.stats.t.ppf(0.975, df)), so the core
@@ -105,4 +106,8 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["interactivity_p90_worst"] = min(inter) if inter else None
     out["ttft_p90_s_worst"] = max(ttft) if ttft else None
     out["saturated_seeds"] = sum(1 for r in results if r.get("saturated"))
+    # seeds whose cache switched state inside the window (metrics.unsteady)
+    out["unsteady_seeds"] = sum(
+        1 for r in results if unsteady(r.get("prefix_hit_rate_quarters") or ())
+    )
     return out

@@ -36,6 +36,7 @@ from simulator.planner.report_tables import (
     tokens,
     unit_text,
     units_note,
+    unsteady_note,
     usd,
 )
 from simulator.planner.space import SearchSpace
@@ -260,7 +261,8 @@ def markdown(
         lines.append("No configuration meets the SLO.")
     else:
         lines += decision_table(space, best).markdown()
-        lines += ["", NOTE + units_note(best) + " Every column: best.csv, runs.csv."]
+        note = NOTE + units_note(best) + unsteady_note(best)
+        lines += ["", note + " Every column: best.csv, runs.csv."]
     lines += _verdict_lines(verdicts(space, runs, best, pruned))
     if sens is None and not best.empty:
         sens = sensitivity(space, runs, best)
@@ -328,7 +330,8 @@ def html_report(
         decision_table(space, best).html("decision")
         if not best.empty
         else "<p>No configuration meets the SLO.</p>",
-        f"<p><small>{esc(NOTE + units_note(best))} Every column: best.csv, runs.csv.</small></p>"
+        f"<p><small>{esc(NOTE + units_note(best) + unsteady_note(best))} Every column:"
+        " best.csv, runs.csv.</small></p>"
         if not best.empty
         else "",
         *(

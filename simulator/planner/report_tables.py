@@ -188,6 +188,22 @@ def ranked_by(space: SearchSpace, best: pd.DataFrame) -> str:
     return "ranked by throughput per GPU (no price for these devices)"
 
 
+def unsteady_note(best: pd.DataFrame) -> str:
+    """The best points at which the prefix cache switched state inside some seed's window."""
+    if "unsteady_seeds" not in best.columns:
+        return ""
+    rows = [b for _, b in best.iterrows() if not missing(b.unsteady_seeds) and b.unsteady_seeds]
+    if not rows:
+        return ""
+    where = "; ".join(
+        f"{b.device} on {int(b.unsteady_seeds)} of {int(b.seeds)} seeds" for b in rows
+    )
+    return (
+        f" The prefix-hit rate changed state inside the window at the best point of {where}: the"
+        " cache is near its edge there, and a longer run may land elsewhere (docs/kv-pressure.md)."
+    )
+
+
 def units_note(best: pd.DataFrame) -> str:
     """Which unit each device is bought by."""
     if not has_fleet(best):
@@ -231,6 +247,8 @@ def runs_view(runs: pd.DataFrame) -> Table:
         verdict = "meets" if r.get("slo_met") else "misses"
         if r.get("saturated"):
             verdict += " (saturated)"
+        if not missing(r.get("unsteady_seeds")) and r.unsteady_seeds:
+            verdict += f" (hit rate not steady on {int(r.unsteady_seeds)} of {int(r.seeds)} seeds)"
         if not missing(r.get("operating_point")) and bool(r.get("operating_point")):
             verdict += ", operating point"
         rows.append([

@@ -137,3 +137,20 @@ def test_aggregate_keeps_the_worst_seed_of_the_slo_figures() -> None:
         < 110.0
         < agg["throughput_tok_per_s_per_gpu_ci_high"]
     )
+
+
+def test_seeds_whose_cache_switched_state_are_counted_and_reported() -> None:
+    import pandas as pd
+
+    from simulator.planner.report_tables import unsteady_note
+
+    switched, steady = [0.9, 0.9, 0.0, 0.0], [0.9, 0.88, 0.92, 0.9]
+    rs = [{"prefix_hit_rate_quarters": q} for q in (switched, steady, steady)]
+    assert aggregate(rs)["unsteady_seeds"] == 1
+    assert aggregate(rs[1:])["unsteady_seeds"] == 0
+    assert aggregate([{}])["unsteady_seeds"] == 0  # a result from before the field
+    best = pd.DataFrame({"device": ["b200", "h200"], "unsteady_seeds": [0, 1], "seeds": [3, 3]})
+    note = unsteady_note(best)
+    assert "h200 on 1 of 3 seeds" in note
+    assert "b200" not in note
+    assert unsteady_note(best.assign(unsteady_seeds=0)) == ""
