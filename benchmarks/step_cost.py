@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator import catalog
 from simulator.cost.latency import LatencyModels
-from simulator.cost.shapes import StepCost
+from simulator.cost.shapes import StepShape
 from simulator.cost.step import StepCostModel, shape_of
 from simulator.specs import ServingConfig
 
@@ -65,31 +65,34 @@ def main() -> None:
             rate = statistics.median(rates)
             print(f"{name:10} {label:14} {rate:17,.0f} {1e6 / rate:8.1f}")
     # the engine's two cases: a step of a token-count key not seen before (a prompt's last
-    # chunk: a template is made) and one of a known key with new contexts (a template reuse)
+    # chunk: a template is made) and one of a known key with new contexts (a template reuse);
+    # the shapes are made before the clock starts (the engine keeps the sums itself)
     dcp8 = StepCostModel(
         catalog.model_card("kimi-k3"), profile, ServingConfig(tp=8, dcp=8), LatencyModels(profile)
     )
-    decodes_ctx = [80_000] * 40
+    decodes = np.ones(40, dtype=np.int64)
+    decodes_ctx = np.full(40, 80_000, dtype=np.int64)
 
-    def new_key(i: int) -> StepCost:
-        return dcp8.price(
-            shape_of(np.array([100 + i] + [1] * 40), np.array([50_000, *decodes_ctx]))
-        )
+    def new_keys(first: int) -> list[StepShape]:  # each a chunk size not seen before
+        ctx = np.array([50_000, *decodes_ctx])
+        return [shape_of(np.array([100 + first + i, *decodes]), ctx) for i in range(args.evals)]
 
-    def known_key(i: int) -> StepCost:
-        ctx = np.array([50_000 + 100 * (i % 1000), *decodes_ctx])
-        return dcp8.price(shape_of(np.array([4000] + [1] * 40), ctx))
+    def known_key(first: int) -> list[StepShape]:  # one key, new contexts
+        new = np.array([4000, *decodes])
+        return [
+            shape_of(new, np.array([50_000 + 100 * ((first + i) % 1000), *decodes_ctx]))
+            for i in range(args.evals)
+        ]
 
-    known_key(0)
-    offset = 0
-    for case, price in (("new key", new_key), ("known key", known_key)):
+    dcp8.price(known_key(0)[0])
+    for case, make in (("new key", new_keys), ("known key", known_key)):
         rates = []
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
+            shapes = make(r * args.evals)
             start = time.perf_counter()
-            for i in range(args.evals):
-                price(offset + i)
+            for shape in shapes:
+                dcp8.price(shape)
             rates.append(args.evals / (time.perf_counter() - start))
-            offset += args.evals
         rate = statistics.median(rates)
         print(f"{case:10} {'price(DCP8)':14} {rate:17,.0f} {1e6 / rate:8.1f}")
 
