@@ -221,3 +221,14 @@ def test_overrides_turn_the_example_into_any_scenario() -> None:
     _, example_command = run_command(target, "b300.yaml").split("\n\n")
     _, flags = set_flags(example_command.split("\n", 1)[1])
     assert flags == sets  # shell-quoted: "name=b300 with offload" is one word
+
+
+def test_a_cache_that_switches_state_inside_the_window_is_called_out(app: OpenPage) -> None:
+    """32 agents (the default) are steady; at 40 agents Kimi K3 on 8x MI355X DCP 1 swings
+    between ~0 % and ~30 % prefix hits inside the window (docs/kv-pressure.md), and the page
+    says that its figures depend on the window."""
+    at = app()
+    assert not [w for w in at.warning if "changed state" in w.value]
+    at.number_input(key="whatif_users").set_value(40).run(timeout=120)
+    shown(at)
+    assert [w for w in at.warning if "changed state inside the measured window" in w.value]
