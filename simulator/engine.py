@@ -143,6 +143,8 @@ class Replica:
             lag = self._step_started_s if sched.running else None
             plan = sched.schedule(env.now, self._load_seconds, lag)
             if plan.num_tokens == 0:
+                if plan.preempted:  # a landed load given back: schedule again at once
+                    continue
                 if sched.loading or plan.started_loads or sched.held:
                     yield from self._idle()
                     continue

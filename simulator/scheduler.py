@@ -359,6 +359,18 @@ class Scheduler:
                 assert req.kv_cap, "a prompt that fitted at admission must fit its first chunk"
                 self._run(req, num_new, entries)
                 budget -= num_new
+        if not entries and not started and not self.running and not self.loading and self.holding:
+            # every free block is gone to landed loads, none of which can take its first
+            # chunk, and nothing runs to free one: vLLM's rules have no way out (its landed
+            # loads wait for blocks). Give back the newest, as FCFS preempts the newest running
+            # request; the engine schedules again at once, until the oldest can start
+            victim = self.holding.pop()
+            self.cache.free(victim.req_id)
+            victim.kv_cap = victim.computed = 0
+            victim.preemptions += 1
+            victim.status = Status.WAITING
+            self.waiting.appendleft(victim)
+            preempted.append(victim)
         return StepPlan(entries, preempted, started)
 
     def commit(

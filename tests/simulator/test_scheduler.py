@@ -148,3 +148,29 @@ def test_finished_request_frees_its_blocks_and_records_latencies() -> None:
     assert r.finish_s == 3.5
     assert r.itl_pairs() == [(1.0, 1), (1.0, 1)]
     assert s.cache.usage.used_blocks == 0  # type: ignore[attr-defined]
+
+
+def test_landed_loads_that_block_each_other_give_the_newest_back() -> None:
+    """Three landed CPU loads hold every block, none can take its next chunk, nothing runs:
+    the newest is given back (blocks freed, to the front of the queue) and the oldest starts.
+    Before, the engine stopped with SchedulerStallError (seen on Kimi K3 with a host tier)."""
+    s = scheduler(num_blocks=12, budget=64)
+    loads = [request(rid, 96) for rid in (1, 2, 3)]
+    for r in loads:  # admitted while the whole prompt fitted (admission reserves no more)
+        hit = s.cache.lookup(r.req_id, 96, r.block_hashes)
+        assert s.cache.admit(r.req_id, 96, r.block_hashes, hit, hit_only=True)
+    for r in loads:  # then each load landed 64 tokens into 4 blocks: all 12 held
+        assert s.cache.grow(r.req_id, 64)
+        r.computed, r.status, r.accounted = 64, Status.LOADING, True
+        s.holding.append(r)
+    assert s.cache.num_free_blocks == 0
+    plan = s.schedule(0.0)
+    assert plan.entries == []
+    assert plan.preempted == [loads[2]]
+    assert list(s.waiting) == [loads[2]]
+    assert (loads[2].computed, loads[2].preemptions, loads[2].status) == (0, 1, Status.WAITING)
+    assert s.cache.num_free_blocks == 4
+    plan = s.schedule(0.0)  # the two older ones take their last chunks in the freed blocks
+    assert planned(plan) == [(1, 32), (2, 32)]
+    assert not s.holding
+    assert list(s.waiting) == [loads[2]]  # its whole prompt no longer fits: it waits
