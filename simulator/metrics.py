@@ -312,40 +312,61 @@ def _gaps_in_window(
     return np.where(inside, counts, np.where(gaps > 0, part, at_end))
 
 
-def _prompt_parts(rec: Recorder, w0: float, w1: float) -> _Window:
-    """The prompt tokens of [w0, w1]: served from each tier (hits at admission) and computed
-    (each step's prompt tokens pro rata of its time in the window)."""
-    out = _Window()
-    if w1 <= w0:
-        return out
-    if rec.hits:
-        t = np.array([h.t_s for h in rec.hits])
-        tiers = np.array([(h.gpu_tokens, h.cpu_tokens, h.remote_tokens) for h in rec.hits])
-        sel = (t >= w0) & (t <= w1)
-        out.gpu, out.cpu, out.remote = (float(x) for x in tiers[sel].sum(axis=0))
-    rows = [(s.start_s, s.step_s, s.prompt_computed) for s in rec.steps if s.prompt_computed]
-    if rows:
-        a = np.array(rows, dtype=np.float64)
-        out.computed = float((a[:, 2] * _overlap_share(a[:, 0], a[:, 1], w0, w1)).sum())
-    # steps still running when the run stopped: pro rata of their time before the stop
-    stop = rec.end_s if rec.end_s is not None else w1
-    for o in rec.open_steps if rec.end_s is not None else []:
-        if o.prompt_computed:
+@dataclass
+class _PromptLog:
+    """A run's prompt tokens as arrays, made once: the admissions' hits by tier and time, and
+    the steps' first-time computed prompt tokens; ``within`` cuts any window from them."""
+
+    hit_t: NDArray[np.float64]
+    tiers: NDArray[np.int64]  # gpu, cpu, remote tokens per admission
+    steps: NDArray[np.float64]  # start, duration, prompt tokens computed per step
+    open_steps: list[OpenStep]  # still running when the run stopped (at ``end_s``)
+    end_s: float | None
+
+    @classmethod
+    def of(cls, rec: Recorder) -> _PromptLog:
+        rows = [(s.start_s, s.step_s, s.prompt_computed) for s in rec.steps if s.prompt_computed]
+        return cls(
+            np.array([h.t_s for h in rec.hits]),
+            np.array([(h.gpu_tokens, h.cpu_tokens, h.remote_tokens) for h in rec.hits]),
+            np.array(rows, dtype=np.float64),
+            [o for o in rec.open_steps if o.prompt_computed] if rec.end_s is not None else [],
+            rec.end_s,
+        )
+
+    def within(self, w0: float, w1: float) -> _Window:
+        """The prompt tokens of [w0, w1]: served from each tier (hits at admission) and
+        computed (each step's prompt tokens pro rata of its time in the window)."""
+        out = _Window()
+        if w1 <= w0:
+            return out
+        if self.hit_t.size:
+            sel = (self.hit_t >= w0) & (self.hit_t <= w1)
+            out.gpu, out.cpu, out.remote = (float(x) for x in self.tiers[sel].sum(axis=0))
+        if self.steps.size:
+            a = self.steps
+            out.computed = float((a[:, 2] * _overlap_share(a[:, 0], a[:, 1], w0, w1)).sum())
+        # steps still running when the run stopped: pro rata of their time before the stop
+        for o in self.open_steps:
+            assert self.end_s is not None
             share = _overlap_share(
-                np.array([o.start_s]), np.array([o.step_s * o.steps]), w0, min(w1, stop)
+                np.array([o.start_s]), np.array([o.step_s * o.steps]), w0, min(w1, self.end_s)
             )
             out.computed += o.prompt_computed * float(share[0])
-    return out
+        return out
 
 
-def hit_rate_quarters(rec: Recorder, w0: float, w1: float) -> tuple[float | None, ...]:
+def hit_rate_quarters(
+    rec: Recorder, w0: float, w1: float, log: _PromptLog | None = None
+) -> tuple[float | None, ...]:
     """The prefix-hit rate (``Summary.prefix_hit_rate``'s definition) in each quarter of the
     window [w0, w1]; None for a quarter without prompt tokens. A cache that switches state
-    inside the window (docs/kv-pressure.md) shows here."""
+    inside the window (docs/kv-pressure.md) shows here. ``log``: ``rec``'s, if made already."""
+    log = log or _PromptLog.of(rec)
     edges = np.linspace(w0, w1, 5)
     out: list[float | None] = []
     for a, b in itertools.pairwise(edges.tolist()):
-        part = _prompt_parts(rec, a, b)
+        part = log.within(a, b)
         out.append((part.gpu + part.cpu + part.remote) / part.prompt if part.prompt else None)
     return tuple(out)
 
@@ -356,8 +377,10 @@ def unsteady(quarters: Sequence[float | None]) -> bool:
     return len(known) > 1 and max(known) - min(known) > UNSTEADY_HIT_SPREAD
 
 
-def _window_tokens(rec: Recorder, clients: list[ReqState], w0: float, w1: float) -> _Window:
-    out = _prompt_parts(rec, w0, w1)
+def _window_tokens(
+    rec: Recorder, clients: list[ReqState], w0: float, w1: float, log: _PromptLog
+) -> _Window:
+    out = log.within(w0, w1)
     if w1 <= w0:
         return out
     stop = rec.end_s if rec.end_s is not None else w1
@@ -462,7 +485,8 @@ def summarize(
     window = max(w1 - w0, 1e-9)
     measured = [r for r in done if r.arrival_s >= w0 and (r.finish_s or 0.0) <= w1]
     clients = done + rec.unfinished
-    tok = _window_tokens(rec, clients, w0, w1)
+    log = _PromptLog.of(rec)
+    tok = _window_tokens(rec, clients, w0, w1, log)
     prompt, output = tok.prompt, tok.output
     ttft = np.array(
         [
@@ -517,7 +541,7 @@ def summarize(
         ttft_s_p99=_pct(ttft, 99),
         e2e_s_p50=_pct(e2e, 50),
         prefix_hit_rate=(tok.gpu + tok.cpu + tok.remote) / prompt if prompt else 0.0,
-        prefix_hit_rate_quarters=hit_rate_quarters(rec, w0, w1),
+        prefix_hit_rate_quarters=hit_rate_quarters(rec, w0, w1, log),
         gpu_hit_rate=tok.gpu / prompt if prompt else 0.0,
         cpu_hit_rate=(tok.cpu - store) / prompt if prompt else 0.0,
         store_hit_rate=store / prompt if prompt else 0.0,
