@@ -364,12 +364,8 @@ class Scheduler:
             # chunk, and nothing runs to free one: vLLM's rules have no way out (its landed
             # loads wait for blocks). Give back the newest, as FCFS preempts the newest running
             # request; the engine schedules again at once, until the oldest can start
-            victim = self.holding.pop()
-            self.cache.free(victim.req_id)
-            victim.kv_cap = victim.computed = 0
-            victim.preemptions += 1
-            victim.status = Status.WAITING
-            self.waiting.appendleft(victim)
+            victim = self.holding[-1]
+            self._preempt(victim)
             preempted.append(victim)
         return StepPlan(entries, preempted, started)
 
@@ -498,7 +494,12 @@ class Scheduler:
         return num_new
 
     def _preempt(self, req: ReqState) -> None:
-        self.running.remove(req)
+        """Free a running request's blocks (or a landed load's: ``holding``) and put it at the
+        front of the queue, to recompute what it does not hit."""
+        if req.status is Status.LOADING:
+            self.holding.remove(req)
+        else:
+            self.running.remove(req)
         self._name_output_blocks(req)
         self.cache.free(req.req_id)
         req.kv_cap = 0
