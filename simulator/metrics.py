@@ -371,6 +371,12 @@ def hit_rate_quarters(
     return tuple(out)
 
 
+def quarters_text(quarters: Sequence[float | None]) -> str:
+    """``94 % / 93 % / - / 0 %``: the quarters' hit rates as ``plan run`` and the dashboard
+    show them."""
+    return " / ".join("-" if q is None else f"{100 * q:.0f} %" for q in quarters)
+
+
 def unsteady(quarters: Sequence[float | None]) -> bool:
     """Do the quarters' hit rates differ by more than ``UNSTEADY_HIT_SPREAD``?"""
     known = [q for q in quarters if q is not None]

@@ -12,7 +12,7 @@ from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.memory import default_batch_limits
-from simulator.metrics import unsteady
+from simulator.metrics import quarters_text, unsteady
 from simulator.specs import Scenario, SpecError
 from simulator.specs.loading import parse
 
@@ -225,13 +225,11 @@ def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
     if tokens_per_usd is None:
         st.caption(f"{scenario.cost_model} has no price for {scenario.device}.")
     if unsteady(s.prefix_hit_rate_quarters):
-        quarters = " / ".join(
-            "-" if q is None else f"{100 * q:.0f} %" for q in s.prefix_hit_rate_quarters
-        )
         st.warning(
             f"The prefix-hit rate changed state inside the measured window (by quarter:"
-            f" {quarters}): the cache is near its edge, so these figures depend on where the"
-            " window falls; a longer run or more seeds show how often (docs/kv-pressure.md)."
+            f" {quarters_text(s.prefix_hit_rate_quarters)}): the cache is near its edge, so"
+            " these figures depend on where the window falls; a longer run or more seeds show"
+            " how often (docs/kv-pressure.md)."
         )
 
     left, right = st.columns(2)

@@ -106,7 +106,7 @@ def _run(
 ) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from simulator.metrics import unsteady
+    from simulator.metrics import quarters_text, unsteady
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
 
     base = scenario_file.resolve().parent
@@ -175,8 +175,7 @@ def _run(
          f"{s.prefix_hit_rate:.1%} ({s.gpu_hit_rate:.1%} + {s.cpu_hit_rate:.1%}"
          f" + {s.store_hit_rate:.1%})"),
         ("prefix-hit rate by quarter of the window",
-         " / ".join(f"{100 * q:.0f} %" if q is not None else "-"
-                    for q in s.prefix_hit_rate_quarters)
+         quarters_text(s.prefix_hit_rate_quarters)
          + ("  (not steady)" if unsteady(s.prefix_hit_rate_quarters) else "")),
         ("prompt tokens recomputed (hybrid resume)", f"{s.recomputed_prompt_tokens:,}"),
         ("requests finished / rejected", f"{s.requests_finished:,} / {s.requests_rejected:,}"),
