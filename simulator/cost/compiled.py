@@ -145,7 +145,8 @@ class CompiledPricer:
         bookkeeping that pricing did), then price the step through it as a reuse would."""
         full = StepOps(self.m, shape)
         full.build()
-        before = _Counts.now(self.m, _curves(full))
+        curves = _curves(full)
+        before = _Counts.now(self.m, curves)
         total = full.row_totals(static_only=True) if full.rows else np.zeros(0)
         coll = full.collective_totals(static_only=True) if full.colls else np.zeros(0)
         if len(self.templates) >= MAX_TEMPLATES:
@@ -157,7 +158,7 @@ class CompiledPricer:
             coll_total=coll,
             dyn_colls=np.flatnonzero(np.array(full.dyn_colls, dtype=bool)),
             fused=full.fused,
-            static=_Counts.now(self.m, _curves(full)).minus(before),
+            static=_Counts.now(self.m, curves).minus(before),
         )
         return self._reuse(tpl, dyn)
 
