@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import yaml
 from simulator import simulation
 from simulator.memory import plan_memory
 from simulator.specs import Scenario
+from simulator.specs.loading import SpecError, parse
 from simulator.specs.overrides import apply_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +77,11 @@ def main() -> None:
     raw = yaml.safe_load(SCENARIO.read_text())
     common = [f"duration_s={args.duration_s}", f"warmup_s={args.warmup_s}", f"seed={args.seed}"]
     common += args.set
-    base = base_kv_bytes(Scenario.model_validate(apply_overrides(raw, common, "kv_pressure")))
+    try:  # a bad --set: one line, exit 2 (as plan run --set)
+        base = base_kv_bytes(parse(Scenario, apply_overrides(raw, common, "--set"), "--set"))
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(
         f"Kimi K3, 8x MI355X TP8 DCP1, agentic generator; KV pool {base / 2**30:.2f} GiB/GPU"
         f" (planner default) vs +3.85 GiB; {args.duration_s:.0f} s simulated, first"
