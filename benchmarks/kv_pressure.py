@@ -3,6 +3,7 @@ agentic generator, 32 / 48 / 70 closed-loop users, the default KV pool vs 3.85 G
 
     .venv/bin/python benchmarks/kv_pressure.py [--users 32 48 70] [--duration-s 3600]
         [--warmup-s 900] [--bins 4] [--seed 0] [--set KEY=VALUE ...]
+        [--kv-gib 73 50 35 25 ...]   (a sweep of pool sizes instead of base vs +3.85 GiB)
 
 A published experiment on this model and device freed 3.85 GiB/GPU of KV cache: throughput
 changed by under 1 % at moderate concurrency and rose by a large margin at high concurrency,
@@ -73,7 +74,14 @@ def main() -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a scenario override for every run (serving.prefix_cache_retention_interval=16384)",
     )  # fmt: skip
+    ap.add_argument(
+        "--kv-gib", type=float, nargs="+", metavar="GIB",
+        help="KV pool sizes per GPU to run at each user count, instead of base and base+3.85",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.kv_gib and min(args.kv_gib) <= 0:
+        print("error: --kv-gib: every pool size must be > 0 GiB", file=sys.stderr)
+        sys.exit(2)
     raw = yaml.safe_load(SCENARIO.read_text())
     common = [f"duration_s={args.duration_s}", f"warmup_s={args.warmup_s}", f"seed={args.seed}"]
     common += args.set
@@ -84,14 +92,16 @@ def main() -> None:
         sys.exit(2)
     print(
         f"Kimi K3, 8x MI355X TP8 DCP1, agentic generator; KV pool {base / 2**30:.2f} GiB/GPU"
-        f" (planner default) vs +3.85 GiB; {args.duration_s:.0f} s simulated, first"
+        f" (planner default){'' if args.kv_gib else ' vs +3.85 GiB'};"
+        f" {args.duration_s:.0f} s simulated, first"
         f" {args.warmup_s:.0f} s not measured; seed {args.seed}"
         + "".join(f"; {x}" for x in args.set)
     )
     head = f"{'users':>5} {'KV GiB/GPU':>10} {'tok/s/GPU':>9} {'P90 tok/s/user':>14} {'hit':>6}"
     print(head + "   hit rate by arrival slice (whole run)")
     for users in args.users:
-        for kv in (base, base + EXTRA_BYTES):
+        pools = [g * 2**30 for g in args.kv_gib] if args.kv_gib else [base, base + EXTRA_BYTES]
+        for kv in pools:
             sets = [*common, f"workload.concurrency={users}", f"serving.kv_cache_memory_bytes={kv}"]
             start = time.perf_counter()
             s, slices = run(raw, sets, args.bins)

@@ -1,4 +1,5 @@
-"""A bad ``--set`` of ``benchmarks/kv_pressure.py`` is one line and exit 2, as ``plan run``'s."""
+"""A bad ``--set`` or ``--kv-gib`` of ``benchmarks/kv_pressure.py`` is one line and exit 2,
+as ``plan run``'s."""
 
 from __future__ import annotations
 
@@ -12,21 +13,22 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kv_pressure.py"
 
 
 @pytest.mark.parametrize(
-    ("item", "said"),
+    ("args", "opener", "said"),
     [
-        ("serving.nope=1", "serving.nope: unknown field"),
-        ("workload.ramp_s=-3", "workload.agentic.ramp_s"),
-        ("noequals", "has no '='"),
+        (["--set", "serving.nope=1"], "error: --set: ", "serving.nope: unknown field"),
+        (["--set", "workload.ramp_s=-3"], "error: --set: ", "workload.agentic.ramp_s"),
+        (["--set", "noequals"], "error: --set: ", "has no '='"),
+        (["--kv-gib", "40", "0"], "error: --kv-gib: ", "every pool size must be > 0 GiB"),
     ],
 )
-def test_a_bad_set_is_one_line_and_exit_2(item: str, said: str) -> None:
+def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], opener: str, said: str) -> None:
     got = subprocess.run(
-        [sys.executable, str(SCRIPT), "--users", "32", "--set", item],
+        [sys.executable, str(SCRIPT), "--users", "32", *args],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert got.returncode == 2
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1, got.stderr
-    assert lines[0].startswith("error: --set: ")
+    assert lines[0].startswith(opener)
     assert said in lines[0]
     assert got.stdout == ""
