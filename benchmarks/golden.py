@@ -9,7 +9,13 @@ P/D pools of their own parallelism with a DP16 / EP16 DeepEP decode pool.
 compared with the stored one: integers and strings exactly, floats within ``--rtol``
 (default 1e-9: bit-for-bit up to the order of floating-point sums).
 
-Run:  .venv/bin/python benchmarks/golden.py [--write] [--rtol 1e-9] [NAME ...]
+The stored goldens hold on the machine that wrote them. Another CPU can differ in the last
+bits (numpy picks its exp / log kernels by instruction set), and a long run carries such a
+difference into event times: on 2026-12-03's machine the unchanged code differed from the
+stored goldens by up to 8e-10 relative. So on a new machine write the base revision's
+summaries first, into a directory of their own (``--store``), and compare against those.
+
+Run:  .venv/bin/python benchmarks/golden.py [--write] [--rtol 1e-9] [--store DIR] [NAME ...]
 Prints one line per scenario (wall time, differences) and exits 1 when any differ.
 """
 
@@ -65,14 +71,18 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help="scenario stems (default: all)")
     parser.add_argument("--write", action="store_true", help="store the summaries as golden")
     parser.add_argument("--rtol", type=float, default=1e-9)
+    parser.add_argument(
+        "--store", type=Path, default=GOLDEN, help="where the golden JSON files are kept"
+    )
     args = parser.parse_args()
+    args.store.mkdir(parents=True, exist_ok=True)
     paths = sorted(GOLDEN.glob("*.yaml"))
     if args.names:
         paths = [p for p in paths if p.stem in args.names]
     failed = 0
     for path in paths:
         got, wall = summary(path)
-        target = path.with_suffix(".json")
+        target = args.store / f"{path.stem}.json"
         if args.write:
             target.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
             print(f"{path.stem:24s} {wall:6.2f} s  written")

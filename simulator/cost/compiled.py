@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from simulator.measured.lookup import Curve
 
 Key = tuple[int, int, int, int]
-# templates kept, least recently used dropped first: a bound on memory (~3 KB each; a long
-# agentic replay makes ~40k keys, most of them used once)
-MAX_TEMPLATES = 8_000
+# templates kept, least recently used dropped first: a bound on memory. A template's own
+# numbers are ~1.3 KB (its row and collective totals, its seconds by source); what only the
+# step's structure decides (row categories, context-line places, query counts, curves) is
+# shared between templates (``_Interned``). The 710-session agentic replay makes 34,302 keys.
+MAX_TEMPLATES = 40_000
 
 
 @dataclass(slots=True)
@@ -106,6 +108,28 @@ class Template:
     static: _Counts  # bookkeeping of the lines the template stands for
 
 
+class _Interned:
+    """One shared copy of each equal structural part of a template (read only once stored):
+    a long replay's templates differ in their numbers, not in their structure."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[bytes, NDArray[np.int64]] = {}
+        self._counters: dict[tuple[tuple[str, int], ...], Counter[str]] = {}
+        self._curves: dict[tuple[tuple[int, int, int], ...], dict[int, tuple[Curve, int, int]]] = {}
+
+    def array(self, values: list[int]) -> NDArray[np.int64]:
+        arr = np.array(values, dtype=np.int64)
+        return self._arrays.setdefault(arr.tobytes(), arr)
+
+    def counter(self, c: Counter[str]) -> Counter[str]:
+        return self._counters.setdefault(tuple(c.items()), c)
+
+    def counts(self, c: _Counts) -> _Counts:
+        key = tuple((k, n, o) for k, (_, n, o) in c.curves.items())
+        curves = self._curves.setdefault(key, c.curves)
+        return _Counts(self.counter(c.queries), self.counter(c.extrapolations), c.by_source, curves)
+
+
 def _curves(ops: StepOps) -> list[Curve]:
     out = [c for c, _ in ops.curves.values()]
     return out + [c[5] for c in ops.colls if c[5] is not None]
@@ -121,6 +145,7 @@ class CompiledPricer:
         self.templates: dict[tuple[Key, tuple[str, ...], tuple[str, ...]], Template] = {}
         self.hits = 0
         self.misses = 0
+        self._shared = _Interned()
 
     def price(self, shape: StepShape) -> StepCost:
         key = (shape.num_decodes, shape.decode_tokens, shape.num_prefills, shape.prefill_tokens)
@@ -151,14 +176,15 @@ class CompiledPricer:
         coll = full.collective_totals(static_only=True) if full.colls else np.zeros(0)
         if len(self.templates) >= MAX_TEMPLATES:
             del self.templates[next(iter(self.templates))]  # the least recently used
+        shared = self._shared
         tpl = self.templates[key] = Template(
             total=total,
-            cats=np.array([r[2] for r in full.rows], dtype=np.int64),
-            dyn_rows=np.flatnonzero(np.array(full.dyn, dtype=bool)),
+            cats=shared.array([r[2] for r in full.rows]),
+            dyn_rows=shared.array([i for i, d in enumerate(full.dyn) if d]),
             coll_total=coll,
-            dyn_colls=np.flatnonzero(np.array(full.dyn_colls, dtype=bool)),
+            dyn_colls=shared.array([i for i, d in enumerate(full.dyn_colls) if d]),
             fused=full.fused,
-            static=_Counts.now(self.m, curves).minus(before),
+            static=shared.counts(_Counts.now(self.m, curves).minus(before)),
         )
         return self._reuse(tpl, dyn)
 

@@ -138,3 +138,19 @@ def test_one_row_in_scalar_arithmetic_is_the_vectorised_float(device: str) -> No
     if device == "h100":
         assert any(np.isfinite(m.roofline.sharpness) for m in one.fitted.values() if m.roofline)
         assert sum(one.extrapolations.values()) > 0  # the range checks ran
+
+
+def test_templates_of_one_structure_share_their_structural_parts() -> None:
+    """Two keys of the same op structure keep one copy of the row categories, the context
+    lines' places and the query counts; their numbers are their own."""
+    m = StepCostModel(catalog.model_card("kimi-k3"), catalog.hardware_profile("mi355x"),
+                      ServingConfig(tp=8))  # fmt: skip
+    rng = np.random.default_rng(1)
+    m.price(_shape(rng, (40, 40, 1, 3000)))
+    m.price(_shape(rng, (40, 40, 1, 3001)))
+    a, b = list(m.pricer.templates.values())
+    assert a.cats is b.cats
+    assert a.dyn_rows is b.dyn_rows
+    assert a.static.queries is b.static.queries
+    assert a.total is not b.total
+    assert not np.array_equal(a.total, b.total)
