@@ -11,7 +11,8 @@ Layout of a device's measurements (one tidy CSV per op class, readable by ``plan
 
 Resumable: a CSV is only ever replaced whole (written beside it, then ``os.replace``), so a
 killed run leaves every file as it was at its last flush; a rerun reads the keys already
-measured and skips them. Rows are flushed at least every ``FLUSH_S`` seconds and on exit.
+measured and skips them. The first row is flushed at once (the files show the run has
+started), later ones at least every ``FLUSH_S`` seconds and on exit.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class Store:
             for f in self.failures
         }
         self.dirty: set[str] = set()
-        self.last_flush = time.monotonic()
+        self.last_flush = -FLUSH_S  # the first row is written at once
 
     def add(self, job: Job, stats: Stats) -> None:
         row = {"op": job.op, "kernel": job.kernel, "impl": job.impl, "dtype": job.dtype,

@@ -734,8 +734,10 @@ def test_a_killed_search_leaves_the_marker_and_the_next_run_cleans_up(tmp_path: 
     )  # fmt: skip
     assert first.returncode == 0, first.stderr
     report = _snapshot(out)
-    slow = space(tmp_path, "slow.yaml", concurrency=[1, 2, 3, 4, 5, 6],
-                 workload={**SPACE["workload"], "num_requests": 400})  # fmt: skip
+    # minutes of work on any machine (it is killed after a second): a search that could
+    # finish within the second after its marker appears would make this test a race
+    slow = space(tmp_path, "slow.yaml", concurrency=[1, 2, 3, 4, 5, 6], duration_s=36_000.0,
+                 workload={**SPACE["workload"], "num_requests": 200_000})  # fmt: skip
     proc = subprocess.Popen(
         [*cmd, slow, "--out", str(out), "--workers", "1"], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
