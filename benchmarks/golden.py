@@ -10,10 +10,11 @@ compared with the stored one: integers and strings exactly, floats within ``--rt
 (default 1e-9: bit-for-bit up to the order of floating-point sums).
 
 The stored goldens hold on the machine that wrote them. Another CPU can differ in the last
-bits (numpy picks its exp / log kernels by instruction set), and a long run carries such a
-difference into event times: on 2026-12-03's machine the unchanged code differed from the
-stored goldens by up to 8e-10 relative. So on a new machine write the base revision's
-summaries first, into a directory of their own (``--store``), and compare against those.
+bits (most likely numpy's exp / log kernels, picked by instruction set), and a long run
+carries such a difference into event times: on 2026-12-03's machine the unchanged code
+differed from the stored goldens by up to 8e-10 relative. So on a new machine write the
+base revision's summaries first, into a directory of their own (``--store``), and compare
+against those.
 
 Run:  .venv/bin/python benchmarks/golden.py [--write] [--rtol 1e-9] [--store DIR] [NAME ...]
 Prints one line per scenario (wall time, differences) and exits 1 when any differ.
