@@ -21,11 +21,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from simulator.outputs import pid_alive
 from simulator.planner.space import scenario_hash
@@ -96,7 +96,7 @@ def run_all(
     pool = worker_pool(workers, context)
     try:
         futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
-        for future in as_completed(futures):
+        for future in completed(futures):
             sc, path = futures[future]
             store(sc, path, future.result())
     except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
@@ -154,6 +154,25 @@ def die_with_parent(parent_pid: int) -> None:
         return
     if os.getppid() != parent_pid and not pid_alive(parent_pid):
         os._exit(1)
+
+
+F = TypeVar("F", bound=Future[Any])
+# how often the parent wakes while it waits for its workers: the longest a Ctrl-C waits
+POLL_S = 0.25
+
+
+def completed(futures: Iterable[F]) -> Iterator[F]:
+    """``as_completed`` that a Ctrl-C always interrupts: each finished future, in submission
+    order within a wake-up. A terminal's SIGINT can land on one of the executor's threads
+    instead of the main one; the main thread, blocked in a lock without a timeout, then never
+    runs the handler (the Ctrl-C test once hung with its main thread in ``as_completed``'s
+    wait). Waking every ``POLL_S`` lets it run."""
+    pending = list(futures)
+    while pending:
+        done, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+        if done:
+            yield from (f for f in pending if f in done)
+            pending = [f for f in pending if f not in done]
 
 
 def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:

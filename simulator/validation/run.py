@@ -9,7 +9,6 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from simulator.planner.executor import read_cached, stop_pool, worker_pool, write_whole
+from simulator.planner.executor import completed, read_cached, stop_pool, worker_pool, write_whole
 from simulator.planner.space import scenario_hash
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
@@ -152,7 +151,7 @@ def run_parallel(
     pool = worker_pool(workers)
     try:
         futures = {pool.submit(fn, items[i]): i for i in order}
-        for future in as_completed(futures):
+        for future in completed(futures):
             got(futures[future], future.result())
     except BaseException as exc:
         stop_pool(pool, exc)
