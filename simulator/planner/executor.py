@@ -18,14 +18,15 @@ import ctypes
 import json
 import multiprocessing as mp
 import os
+import queue
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from simulator.outputs import pid_alive
 from simulator.planner.space import scenario_hash
@@ -162,17 +163,24 @@ POLL_S = 0.25
 
 
 def completed(futures: Iterable[F]) -> Iterator[F]:
-    """``as_completed`` that a Ctrl-C always interrupts: each finished future, in submission
-    order within a wake-up. A terminal's SIGINT can land on one of the executor's threads
-    instead of the main one; the main thread, blocked in a lock without a timeout, then never
-    runs the handler (the Ctrl-C test once hung with its main thread in ``as_completed``'s
-    wait). Waking every ``POLL_S`` lets it run."""
-    pending = list(futures)
-    while pending:
-        done, _ = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
-        if done:
-            yield from (f for f in pending if f in done)
-            pending = [f for f in pending if f not in done]
+    """``as_completed`` that a Ctrl-C always interrupts: each future once, as it finishes
+    (those already finished first, in submission order). A terminal's SIGINT can land on one
+    of the executor's threads instead of the main one; a main thread blocked in a lock
+    without a timeout then never runs the handler (the Ctrl-C test once hung with its main
+    thread in ``as_completed``'s wait). Waiting in slices of ``POLL_S`` lets it run."""
+    done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
+    n = 0
+    for f in futures:
+        f.add_done_callback(done.put)  # at once if already finished
+        n += 1
+    for _ in range(n):
+        while True:
+            try:
+                item = done.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            yield cast(F, item)  # one of ``futures``, handed back by its callback
+            break
 
 
 def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:
