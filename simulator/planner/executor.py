@@ -166,8 +166,8 @@ def completed(futures: Iterable[F]) -> Iterator[F]:
     """``as_completed`` that a Ctrl-C always interrupts: each future once, as it finishes
     (those already finished first, in submission order). A terminal's SIGINT can land on one
     of the executor's threads instead of the main one; a main thread blocked in a lock
-    without a timeout then never runs the handler (the Ctrl-C test once hung with its main
-    thread in ``as_completed``'s wait). Waiting in slices of ``POLL_S`` lets it run."""
+    without a timeout then never runs the handler (``as_completed`` hangs so:
+    tests/simulator/test_processes.py). Waiting in slices of ``POLL_S`` lets it run."""
     done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
     n = 0
     for f in futures:

@@ -119,12 +119,16 @@ def test_ctrl_c_kills_the_running_workers_at_once() -> None:
     assert all(f.done() for f in futures)
 
 
+# A process started at a terminal handles SIGINT; one started by a shell's background job
+# (`make test &`, nohup, some CI runners) inherits it ignored, and Python keeps it ignored:
+# the scripts restore the terminal's default, or these tests would hang for that reason alone
 CTRL_C_SCRIPT = textwrap.dedent(
     """
     import faulthandler, signal, time
     from simulator.validation.run import run_parallel
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a hang is, for the test
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
 
     run_parallel(time.sleep, [60.0] * 4, lambda s: s, workers=2,
                  on_result=lambda i, r: None)
@@ -174,6 +178,8 @@ OTHER_THREAD_SCRIPT = textwrap.dedent(
     from concurrent.futures import ThreadPoolExecutor, as_completed
     from simulator.planner.executor import completed
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
+
     gate = threading.Event()
     pool = ThreadPoolExecutor(1)
     future = pool.submit(gate.wait)  # done only when told
@@ -201,8 +207,7 @@ OTHER_THREAD_SCRIPT = textwrap.dedent(
 def test_a_ctrl_c_on_another_thread_stops_the_wait_for_results(waiter: str, stops: bool) -> None:
     """``executor.completed`` wakes every ``POLL_S``, so the main thread runs the SIGINT
     handler even when the signal landed on another thread; ``as_completed``, which the pools
-    used before, waits on (the Ctrl-C test once hung so): the second case shows the test can
-    tell them apart."""
+    used before, waits on: the second case shows the test can tell them apart."""
     try:
         got = subprocess.run(
             [sys.executable, "-c", OTHER_THREAD_SCRIPT, waiter], cwd=REPO,
