@@ -11,13 +11,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from simulator.planner.executor import die_with_parent, stop_pool, worker_pool
+from simulator.planner.executor import completed, die_with_parent, stop_pool, worker_pool
 from simulator.specs.serving import ServingConfig
 from simulator.validation.points import benchmark_scenario
 from simulator.validation.run import run_cached, run_parallel
@@ -221,11 +223,6 @@ def test_a_ctrl_c_on_another_thread_stops_the_wait_for_results(waiter: str, stop
 
 
 def test_completed_yields_every_future_once_the_finished_ones_in_submission_order() -> None:
-    import threading
-    from concurrent.futures import Future
-
-    from simulator.planner.executor import completed
-
     ready: list[Future[int]] = [Future() for _ in range(4)]
     for i in (2, 0, 3, 1):  # all done before the wait: submission order
         ready[i].set_result(i)
