@@ -76,7 +76,8 @@ def main() -> None:
         "--store", type=Path, default=GOLDEN, help="where the golden JSON files are kept"
     )
     args = parser.parse_args()
-    args.store.mkdir(parents=True, exist_ok=True)
+    if args.write:
+        args.store.mkdir(parents=True, exist_ok=True)
     paths = sorted(GOLDEN.glob("*.yaml"))
     if args.names:
         paths = [p for p in paths if p.stem in args.names]

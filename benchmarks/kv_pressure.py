@@ -99,8 +99,8 @@ def main() -> None:
     )
     head = f"{'users':>5} {'KV GiB/GPU':>10} {'tok/s/GPU':>9} {'P90 tok/s/user':>14} {'hit':>6}"
     print(head + "   hit rate by arrival slice (whole run)")
+    pools = [g * 2**30 for g in args.kv_gib] if args.kv_gib else [base, base + EXTRA_BYTES]
     for users in args.users:
-        pools = [g * 2**30 for g in args.kv_gib] if args.kv_gib else [base, base + EXTRA_BYTES]
         for kv in pools:
             sets = [*common, f"workload.concurrency={users}", f"serving.kv_cache_memory_bytes={kv}"]
             start = time.perf_counter()

@@ -177,10 +177,10 @@ def completed(futures: Iterable[F]) -> Iterator[F]:
         while True:
             try:
                 item = done.get(timeout=POLL_S)
+                break
             except queue.Empty:
-                continue
-            yield cast(F, item)  # one of ``futures``, handed back by its callback
-            break
+                pass  # woke to let a pending signal handler run
+        yield cast(F, item)  # one of ``futures``, handed back by its callback
 
 
 def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:

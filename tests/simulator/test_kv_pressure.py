@@ -26,8 +26,7 @@ POOLS_GIB = (60.0, 45.0, 35.0, 28.0, 22.0)  # largest first
 SEEDS = (0, 1, 2, 3)
 
 
-def hit_rate(gib: float, seed: int) -> float:
-    raw = yaml.safe_load(EXAMPLE.read_text())
+def hit_rate(raw: dict[str, object], gib: float, seed: int) -> float:
     sets = ["workload.concurrency=16", "duration_s=3600", "warmup_s=600", f"seed={seed}",
             f"serving.kv_cache_memory_bytes={gib * 2**30}"]  # fmt: skip
     scenario = Scenario.model_validate(apply_overrides(raw, sets, "test"))
@@ -35,7 +34,8 @@ def hit_rate(gib: float, seed: int) -> float:
 
 
 def test_mean_hit_rate_falls_monotonically_and_gradually_as_the_pool_shrinks() -> None:
-    runs = np.array([[hit_rate(gib, seed) for seed in SEEDS] for gib in POOLS_GIB])
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    runs = np.array([[hit_rate(raw, gib, seed) for seed in SEEDS] for gib in POOLS_GIB])
     hits = runs.mean(axis=1).tolist()
     # the sweep spans the regime: no pressure at its top, heavy pressure at its bottom
     assert hits[0] > 0.9, runs
