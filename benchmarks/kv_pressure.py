@@ -20,6 +20,7 @@ import itertools
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import yaml
@@ -63,8 +64,15 @@ def run(raw: dict[str, object], sets: list[str], bins: int) -> tuple[dict[str, f
     }, slices
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's mistakes as one line and exit 2, without the usage block (as ``plan``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = _Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, nargs="+", default=[32, 48, 70])
     ap.add_argument("--duration-s", type=float, default=3600.0)
     ap.add_argument("--warmup-s", type=float, default=900.0)

@@ -19,6 +19,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kv_pressure.py"
         (["--set", "workload.ramp_s=-3"], "error: --set: ", "workload.agentic.ramp_s"),
         (["--set", "noequals"], "error: --set: ", "has no '='"),
         (["--kv-gib", "40", "0"], "error: --kv-gib: ", "every pool size must be > 0 GiB"),
+        (["--kv-gib", "abc"], "error: argument --kv-gib: ", "invalid float value: 'abc'"),
+        (["--bins", "x"], "error: argument --bins: ", "invalid int value: 'x'"),
     ],
 )
 def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], opener: str, said: str) -> None:
