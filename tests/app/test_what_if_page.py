@@ -64,7 +64,8 @@ def test_device_and_offload_move_the_numbers(app: OpenPage) -> None:
     assert number(offload["CPU hit rate"]) > 0  # prompts come back from the 1 TiB host tier
     # the tiles show the change from the previous scenario
     delta = next(m.delta for m in at.metric if m.label == THROUGHPUT)
-    assert number(delta) == number(offload[THROUGHPUT]) - number(b300[THROUGHPUT])
+    # (each tile is rounded on its own: the shown difference may be one off the shown delta)
+    assert abs(number(delta) - (number(offload[THROUGHPUT]) - number(b300[THROUGHPUT]))) <= 1
 
 
 def test_only_valid_combinations_are_offered(app: OpenPage) -> None:
