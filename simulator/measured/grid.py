@@ -4,11 +4,22 @@ A ``Grid`` holds log(seconds) of one kernel family on the tensor product of the 
 values of its continuous coordinates (tokens, context, bytes, ...), all in log space.
 
 * Inside the grid: multilinear interpolation of log(seconds) over log(coordinates). At a
-  measured point it returns the measurement; between points it never leaves the range of
-  the surrounding corners, so it is monotone along every axis on which the data is.
-* Along axes where one kernel does more work (``monotone``: attention over more keys or
-  requests, collectives over more bytes), the measured values are made non-decreasing
-  first (a running maximum: a later point faster than an earlier one is timing noise).
+  measured point it returns the cell's value (the measurement, unless one of the two
+  clean-ups below changed it); between points it never leaves the range of the surrounding
+  corners, so it is monotone along every axis on which the cells are.
+* Spikes are timing noise: a measured cell above both its measured neighbours and
+  more than ``SPIKE_RATIO`` times above the log-log line through them, along two axes (the
+  one axis of a 1-D grid), is lowered to the highest of those lines (``despiked`` counts
+  them). Noise comes in bursts along the axis the collector swept, so two axes, not every
+  one, must agree. A kernel switch is a step that persists to the next point, and a slow
+  row (every n of one m) is smooth along n and k: both are kept. docs/measured.md has the
+  counts.
+* Then, along axes where one kernel does more work (``monotone``: attention over more keys or
+  requests, collectives over more bytes), the cells are replaced by their least-squares
+  non-decreasing fit in log space (pool adjacent violators, line by line): a later point
+  faster than an earlier one is timing noise, and the fit averages it instead of lifting
+  every later point to the slowest earlier one, as a running maximum would (the running
+  maximum is kept after the fits, where one axis's fit undid another's by a little).
   GEMM and MoE latencies are left as measured: their kernels switch with the token count.
 * Cells the tables lack (a shape that failed or was never collected) are filled with the
   baseline (the roofline fitted to the same tables) times the mean measured/baseline ratio
@@ -28,6 +39,9 @@ Array = NDArray[np.float64]
 # log-seconds of the baseline model at points given as rows of coordinates (not logs)
 Baseline = Callable[[Array], Array]
 FILL_SWEEPS = 200
+# assumption: a cell this many times above both neighbours on every axis is noise; a real
+# tile or wave boundary raises the neighbour beyond it as well (docs/measured.md)
+SPIKE_RATIO = 1.5
 
 
 class Grid:
@@ -59,8 +73,11 @@ class Grid:
         log_t = np.full(int(np.prod(shape)), np.nan)
         log_t[cells] = medians
         self.measured = ~np.isnan(log_t.reshape(shape))
-        self.log_t = _fill(log_t.reshape(shape), self._cell_baseline(shape))
+        despiked, self.despiked = _despike(log_t.reshape(shape), self.measured, self.axes)
+        self.log_t = _fill(despiked, self._cell_baseline(shape))
         for name in monotone:
+            self.log_t = np.apply_along_axis(_isotonic, self.names.index(name), self.log_t)
+        for name in monotone:  # one axis's fit can undo another's by a little
             self.log_t = np.maximum.accumulate(self.log_t, axis=self.names.index(name))
 
     @property
@@ -114,6 +131,59 @@ class Grid:
                 wt = wt * (weights[j] if up else 1.0 - weights[j])
             out += wt * self.log_t[tuple(idx)]
         return out
+
+
+def _isotonic(y: Array) -> Array:
+    """The least-squares non-decreasing fit to ``y`` (pool adjacent violators): a run of
+    points that falls is replaced by its mean, not lifted to its first point."""
+    if y.size < 2 or np.all(np.diff(y) >= 0):
+        return y
+    means: list[float] = []
+    sizes: list[int] = []
+    for v in y.tolist():
+        means.append(v)
+        sizes.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            n = sizes[-2] + sizes[-1]
+            means[-2] = (means[-2] * sizes[-2] + means[-1] * sizes[-1]) / n
+            sizes[-2] = n
+            means.pop()
+            sizes.pop()
+    return np.repeat(np.array(means), sizes)
+
+
+def _despike(log_t: Array, measured: NDArray[np.bool_], axes: list[Array]) -> tuple[Array, int]:
+    """Lower every spike (module docstring) to the highest of the neighbour lines that call
+    it one; returns the new values and how many cells were lowered."""
+    need = min(2, log_t.ndim)
+    flagged = np.zeros(log_t.shape, dtype=np.int64)
+    least = np.full(log_t.shape, np.inf)  # the smallest excess over a line that flags it
+    for j, ax in enumerate(axes):
+        if ax.size < 3:
+            continue
+
+        def part(lo: int, hi: int | None, j: int = j) -> tuple[slice, ...]:
+            return tuple(slice(lo, hi) if i == j else slice(None) for i in range(log_t.ndim))
+
+        shape = [1] * log_t.ndim
+        shape[j] = -1
+        w = ((ax[1:-1] - ax[:-2]) / (ax[2:] - ax[:-2])).reshape(shape)
+        line = log_t[part(0, -2)] * (1.0 - w) + log_t[part(2, None)] * w
+        inner = part(1, -1)
+        both = measured[part(0, -2)] & measured[part(2, None)] & measured[inner]
+        excess = np.where(both, log_t[inner] - line, -np.inf)
+        # above the line and above both neighbours: the first point of a step is above the
+        # line through its neighbours too, but not above the one after it
+        peak = (log_t[inner] > log_t[part(0, -2)]) & (log_t[inner] > log_t[part(2, None)])
+        spike = (excess > np.log(SPIKE_RATIO)) & peak
+        flagged[inner] += spike
+        least[inner] = np.where(spike, np.minimum(least[inner], excess), least[inner])
+    lowered = flagged >= need
+    if not lowered.any():
+        return log_t, 0
+    out = log_t.copy()
+    out[lowered] -= least[lowered]
+    return out, int(lowered.sum())
 
 
 def _fill(log_t: Array, base: Array) -> Array:

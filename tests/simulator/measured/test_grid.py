@@ -61,13 +61,24 @@ def test_monotone_data_interpolates_monotonically(seed: int) -> None:
         assert np.all(np.diff(v) >= -1e-12)
 
 
-def test_monotone_enforcement_is_a_running_maximum() -> None:
+def test_monotone_enforcement_is_the_least_squares_monotone_fit() -> None:
     pts = np.array([[1.0], [2.0], [4.0], [8.0]])
     t = np.array([5.0, 3.0, 6.0, 7.0])  # 2 tokens "faster" than 1: noise on one kernel
     flat = Grid(("b",), pts, t, lambda p: np.zeros(len(p)))
     mono = Grid(("b",), pts, t, lambda p: np.zeros(len(p)), monotone=("b",))
     assert np.allclose(np.exp(flat.log_t), t)
-    assert np.allclose(np.exp(mono.log_t), [5.0, 5.0, 6.0, 7.0])
+    # the falling pair pooled to its mean in log space (sqrt(5 x 3)), not lifted to 5
+    assert np.allclose(np.exp(mono.log_t), [15**0.5, 15**0.5, 6.0, 7.0])
+
+
+def test_monotone_fit_pools_a_long_falling_run() -> None:
+    pts = np.array([[1.0], [2.0], [4.0], [8.0], [16.0]])
+    t = np.array([4.0, 5.0, 4.0, 3.2, 16.0])  # no spike: 5 is only 1.25x above its line
+    mono = Grid(("b",), pts, t, lambda p: np.zeros(len(p)), monotone=("b",))
+    assert mono.despiked == 0
+    # (5 x 4 x 3.2)^(1/3) = 4: the falling run pooled, and equal to the first point
+    assert np.allclose(np.exp(mono.log_t), [4.0, 4.0, 4.0, 4.0, 16.0])
+    assert np.all(np.diff(mono.log_t) >= 0)
 
 
 def test_extrapolation_follows_the_baseline_from_the_edge() -> None:
