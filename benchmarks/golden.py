@@ -12,7 +12,9 @@ compared with the stored one: integers and strings exactly, floats within ``--rt
 The stored goldens hold on the machine that wrote them. Another CPU can differ in the last
 bits (most likely numpy's exp / log kernels, picked by instruction set), and a long run
 carries such a difference into event times: on 2026-12-03's machine the unchanged code
-differed from the stored goldens by up to 8e-10 relative. So on a new machine write the
+differed from the goldens then stored by up to 8e-10 relative. The stored ones were
+rewritten on that machine after the measured grids' spike rule (a model change, so every
+summary moved). So on a new machine write the
 base revision's summaries first, into a directory of their own (``--store``), and compare
 against those.
 
