@@ -39,8 +39,8 @@ Array = NDArray[np.float64]
 # log-seconds of the baseline model at points given as rows of coordinates (not logs)
 Baseline = Callable[[Array], Array]
 FILL_SWEEPS = 200
-# assumption: a cell this many times above both neighbours on every axis is noise; a real
-# tile or wave boundary raises the neighbour beyond it as well (docs/measured.md)
+# assumption: a cell this many times above the line through its neighbours on two axes is
+# noise; a real tile or wave boundary raises the neighbour beyond it as well (measured.md)
 SPIKE_RATIO = 1.5
 
 
