@@ -14,9 +14,8 @@ bits (most likely numpy's exp / log kernels, picked by instruction set), and a l
 carries such a difference into event times: on 2026-12-03's machine the unchanged code
 differed from the goldens then stored by up to 8e-10 relative. The stored ones were
 rewritten on that machine after the measured grids' spike rule (a model change, so every
-summary moved). So on a new machine write the
-base revision's summaries first, into a directory of their own (``--store``), and compare
-against those.
+summary moved). So on a new machine write the base revision's summaries first, into a
+directory of their own (``--store``), and compare against those.
 
 Run:  .venv/bin/python benchmarks/golden.py [--write] [--rtol 1e-9] [--store DIR] [NAME ...]
 Prints one line per scenario (wall time, differences) and exits 1 when any differ.
