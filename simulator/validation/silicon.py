@@ -47,6 +47,7 @@ from simulator.specs.serving import ServingConfig
 from simulator.validation.points import Overrides, Router, benchmark_scenario, read_records
 from simulator.validation.run import err_pct, median_or_none, median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
+from simulator.validation.silicon_spread import Spread, spreads
 
 CSV_NAME = "silicon_sample.csv"
 
@@ -640,6 +641,8 @@ class SiliconReport:
     limit: int | None
     models: list[str]
     results: list[SiliconResult]
+    # how far the data's own repeats and vLLM versions differ (every mappable point)
+    spread: list[Spread] = field(default_factory=list)
 
     @property
     def overall(self) -> LatencyError:
@@ -661,6 +664,7 @@ class SiliconReport:
             "by_model": [asdict(g) for g in by_model(self.results)],
             "by_system": [asdict(g) for g in by_system(self.results)],
             "groups": [asdict(g) for g in by_model_system(self.results)],
+            "spread": [asdict(s) for s in self.spread],
         }
 
 
@@ -689,4 +693,5 @@ def validate(
         limit=limit,
         models=models,
         results=results,
+        spread=spreads(loaded.points),
     )

@@ -19,6 +19,7 @@ from simulator.validation.silicon import (
     devices_by_system,
     group_error,
 )
+from simulator.validation.silicon_spread import Spread
 
 HEADER = [
     "model",
@@ -137,6 +138,18 @@ def precision_rows(results: Sequence[SiliconResult]) -> list[list[str]]:
     return out
 
 
+def spread_rows(spread: Sequence[Spread]) -> list[list[str]]:
+    return [
+        [
+            s.kind,
+            str(s.pairs),
+            str(s.configs),
+            *map(_pct, (s.ttft_median_pct, s.ttft_p75_pct, s.tpot_median_pct, s.tpot_p75_pct)),
+        ]
+        for s in spread
+    ]
+
+
 def _worst(groups: Sequence[LatencyError]) -> str:
     ranked = sorted(
         (g for g in groups if g.median_ape_ttft_pct is not None),
@@ -215,6 +228,10 @@ def render_markdown(
         ),
         seq_errors=_md_table(["ISL/OSL", *HEADER[2:]], [r[1:] for r in rows(_seq_groups(results))]),
         worst=_worst(groups),
+        spread_table=_md_table(
+            ["pairs of", "pairs", "configs", "TTFT median", "TTFT P75", "TPOT median", "TPOT P75"],
+            spread_rows(report.spread),
+        ),
     )
 
 
@@ -355,6 +372,20 @@ By ISL/OSL:
 Largest errors (model and system, by the larger of the two median APEs):
 
 {worst}
+
+## How far the data move on their own
+
+Some configurations are in the file more than once (all {mappable} mappable points, not
+only those simulated; `simulator/validation/silicon_spread.py`). *Repeat runs*: the same
+configuration on the same `backend_version` with different results. *vLLM versions*: the
+same configuration on two versions (each side the median of its repeats). Spread of a pair
+= larger / smaller - 1, in %:
+
+{spread_table}
+
+A simulator that does not model the engine version cannot expect to be closer to one
+version's TTFT than the versions are to each other. Most version pairs are MiniMax-M2.5 on
+B200 and B300, so read the second row as an indication, not a bound for every model.
 
 ## What was tuned
 
