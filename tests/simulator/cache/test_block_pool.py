@@ -147,3 +147,15 @@ def test_a_sink_block_keeps_a_hashed_blocks_place_but_no_lookup_finds_it() -> No
     assert pool.num_cached == 1
     assert pool.lookup(101) == a
     pool.check()
+
+
+def test_pools_of_one_size_start_fresh_whatever_an_earlier_one_did() -> None:
+    # pools of a size share their initial links: a used pool must not leak into the next
+    first = BlockPool(6)
+    got = first.allocate(4)
+    assert got is not None
+    first.free(got)  # unhashed blocks go to the front: 4, 3, 2, 1, 5, 6
+    assert first.free_queue() != [1, 2, 3, 4, 5, 6]
+    second = BlockPool(6)
+    assert second.free_queue() == [1, 2, 3, 4, 5, 6]
+    assert second.allocate(2) == [1, 2]
