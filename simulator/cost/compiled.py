@@ -16,6 +16,12 @@ formulas in a shorter array; ``tests/simulator/cost/test_compiled.py``, ``benchm
 The latency models' bookkeeping (queries, extrapolations, seconds by source, the measured
 curves' query counts) advances by the template's share of them on every reuse, measured while
 the template was priced.
+
+Templates are kept per process, not per model: every ``StepCostModel`` of the same pricing
+identity (card, device, serving config, CUDA-graph sizes, fitted latency models, the same
+measured-tables object) shares one store, so the runs of a search (seeds, loads) and the
+replicas of a run reuse each other's templates. A template is a function of that identity and
+its key alone, so sharing changes no price (``benchmarks/golden.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ Key = tuple[int, int, int, int]
 # step's structure decides (row categories, context-line places, query counts, curves) is
 # shared between templates (``_Interned``). The 710-session agentic replay makes 34,302 keys.
 MAX_TEMPLATES = 40_000
+# pricing identities whose stores are kept, least recently used dropped first (a search worker
+# runs hundreds of configurations); a new store also drops old ones while they hold more than
+# MAX_TEMPLATES between them
+MAX_STORES = 32
 
 
 @dataclass(slots=True)
@@ -135,17 +145,70 @@ def _curves(ops: StepOps) -> list[Curve]:
     return out + [c[5] for c in ops.colls if c[5] is not None]
 
 
+FullKey = tuple[Key, tuple[str, ...], tuple[str, ...]]
+
+
+class _Store:
+    """The templates of one pricing identity, and their shared structural parts."""
+
+    __slots__ = ("shared", "tables", "templates")
+
+    def __init__(self, tables: object) -> None:
+        # per key, per set of context lines (MLA's kv_b re-projection runs only when a chunk
+        # has cached context): the template; least recently used first
+        self.templates: dict[FullKey, Template] = {}
+        self.shared = _Interned()
+        self.tables = tables  # the measured-tables object the templates were priced with
+
+
+_STORES: dict[str, _Store] = {}  # by pricing identity, least recently used first
+
+
+def _identity(model: StepCostModel) -> str:
+    """Everything a template's numbers depend on besides its key (the tables by identity)."""
+    lat = model.latency
+    fitted = sorted((k, v.model_dump_json()) for k, v in lat.fitted.items())
+    return "|".join(
+        (
+            model.card.model_dump_json(),
+            model.device.model_dump_json(),
+            model.serving.model_dump_json(),
+            repr(model.graph_sizes),
+            repr(fitted),
+            repr(sorted(lat.calibrated)),
+            str(id(lat.tables)),
+        )
+    )
+
+
+def _store_for(model: StepCostModel) -> _Store:
+    key = _identity(model)
+    store = _STORES.pop(key, None)
+    if store is None or store.tables is not model.latency.tables:
+        store = _Store(model.latency.tables)
+        held = sum(len(s.templates) for s in _STORES.values())
+        while _STORES and (len(_STORES) >= MAX_STORES or held > MAX_TEMPLATES):
+            held -= len(_STORES.pop(next(iter(_STORES))).templates)
+    _STORES[key] = store  # now the most recently used
+    return store
+
+
+def clear_shared_templates() -> None:
+    """Forget every kept template (tests that count template misses start from none)."""
+    _STORES.clear()
+
+
 class CompiledPricer:
-    """``price(shape)`` of one ``StepCostModel`` through per-key templates."""
+    """``price(shape)`` of one ``StepCostModel`` through per-key templates, kept in the
+    process-wide store of the model's pricing identity."""
 
     def __init__(self, model: StepCostModel) -> None:
         self.m = model
-        # per key, per set of context lines (MLA's kv_b re-projection runs only when a chunk
-        # has cached context): the template
-        self.templates: dict[tuple[Key, tuple[str, ...], tuple[str, ...]], Template] = {}
+        store = _store_for(model)
+        self.templates = store.templates
         self.hits = 0
         self.misses = 0
-        self._shared = _Interned()
+        self._shared = store.shared
 
     def price(self, shape: StepShape) -> StepCost:
         key = (shape.num_decodes, shape.decode_tokens, shape.num_prefills, shape.prefill_tokens)
@@ -163,9 +226,7 @@ class CompiledPricer:
         self.misses += 1
         return self._full(full_key, shape, dyn)
 
-    def _full(
-        self, key: tuple[Key, tuple[str, ...], tuple[str, ...]], shape: StepShape, dyn: StepOps
-    ) -> StepCost:
+    def _full(self, key: FullKey, shape: StepShape, dyn: StepOps) -> StepCost:
         """Make the key's template (its lines priced, the context lines left out, and the
         bookkeeping that pricing did), then price the step through it as a reuse would."""
         full = StepOps(self.m, shape)

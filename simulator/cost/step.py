@@ -120,9 +120,9 @@ class StepCostModel:
         # EP dispatch / combine curves by line (None: the device's table or prior), made
         # at the first step that asks (simulator/cost/moe_ep.py)
         self.alltoall_curves: dict[str, AllToAllCurve | None] = {}
-        self.pricer = CompiledPricer(self)
         self.decode_query_len = 1 + serving.num_speculative_tokens
         self.graph_sizes = cuda_graph_sizes(max_num_seqs, self.decode_query_len)
+        self.pricer = CompiledPricer(self)  # needs the graph sizes: they are in its identity
         kinds = card.layer_kinds
         self.counts = {k: float(sum(1 for x in kinds if x == k)) for k in set(kinds)}
         self.n_moe = float(sum(card.moe_layer_mask))

@@ -24,6 +24,14 @@ CASES = [  # (model, device, serving): MLA + KDA hybrid, DCP, SWA, spec decode, 
 ]  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_templates() -> None:
+    """Templates are kept per process: each test counts its own misses from none."""
+    from simulator.cost.compiled import clear_shared_templates
+
+    clear_shared_templates()
+
+
 def _shape(rng: np.random.Generator, key: tuple[int, int, int, int]) -> StepShape:
     """A step of the key's token counts with random contexts."""
     nd, dt, np_, pt = key
@@ -154,3 +162,50 @@ def test_templates_of_one_structure_share_their_structural_parts() -> None:
     assert a.static.queries is b.static.queries
     assert a.total is not b.total
     assert not np.array_equal(a.total, b.total)
+
+
+def test_models_of_one_pricing_identity_share_templates() -> None:
+    """A second model of the same card, device and serving config (the next run of a search)
+    reuses the first one's templates and prices as the full path; another serving config or
+    another graph-size set makes its own."""
+    card, profile = catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100")
+    cfg = ServingConfig(tp=8)
+    rng = np.random.default_rng(2)
+    shapes = [_shape(rng, (32, 32, 1, 1000)) for _ in range(3)]
+    first = StepCostModel(card, profile, cfg)
+    for shape in shapes:
+        first.price(shape)
+    assert (first.pricer.misses, first.pricer.hits) == (1, 2)
+    second = StepCostModel(card, profile, cfg)
+    full = StepCostModel(card, profile, cfg)
+    full.use_templates = False
+    for shape in shapes:
+        assert second.price(shape).seconds == pytest.approx(full.price(shape).seconds, rel=1e-12)
+    assert (second.pricer.misses, second.pricer.hits) == (0, 3)
+    assert second.latency.queries == full.latency.queries
+    for src, secs in full.latency.seconds_by_source.items():
+        assert second.latency.seconds_by_source[src] == pytest.approx(secs, rel=1e-9)
+    others = [
+        StepCostModel(card, profile, ServingConfig(tp=4)),
+        StepCostModel(card, profile, cfg, max_num_seqs=8),  # other CUDA-graph sizes
+    ]
+    for other in others:
+        other.price(shapes[0])
+        assert other.pricer.misses == 1
+
+
+def test_kept_stores_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MAX_STORES pricing identities the least recently used store is dropped."""
+    from simulator.cost import compiled as compiled_module
+
+    monkeypatch.setattr(compiled_module, "MAX_STORES", 2)
+    card, profile = catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100")
+    shape = _shape(np.random.default_rng(3), (8, 8, 0, 0))
+    for tp in (2, 4, 8, 2):  # tp 2's store was dropped when tp 8's came
+        m = StepCostModel(card, profile, ServingConfig(tp=tp))
+        m.price(shape)
+        assert m.pricer.misses == 1
+    assert len(compiled_module._STORES) == 2
+    again = StepCostModel(card, profile, ServingConfig(tp=8))  # kept
+    again.price(shape)
+    assert again.pricer.hits == 1
