@@ -30,7 +30,7 @@ from simulator.cost.shapes import CATEGORIES
 from simulator.memory import MemoryReport
 from simulator.metrics import Summary
 from simulator.planner.analysis import replicate_scenarios
-from simulator.planner.executor import run_all
+from simulator.planner.executor import KeptPool, run_all
 from simulator.planner.space import Candidate, Pruned, SearchSpace, expand, scenario_hash
 from simulator.simulation import simulate, slo_met, tokens_per_dollar
 from simulator.specs.loading import SpecError, load
@@ -244,9 +244,12 @@ def sweep(simulated_json: str, workers: int, cache_dir: str, _space: SearchSpace
 
     results: dict[str, dict[str, Any]] = {}
     try:
-        for start in range(0, len(scenarios), workers):
-            batch = scenarios[start : start + workers]
-            results |= run_all(batch, Path(cache_dir), workers, partial(progress, start))
+        with KeptPool(workers) as kept:  # one set of warm workers for every batch
+            for start in range(0, len(scenarios), workers):
+                batch = scenarios[start : start + workers]
+                results |= run_all(
+                    batch, Path(cache_dir), workers, partial(progress, start), kept=kept
+                )
     finally:
         bar.close()
     return SweepResult(candidates, pruned, results)

@@ -128,14 +128,14 @@ def search(
     ) as bar:  # fmt: skip
         what = "grid" if space.search == "grid" else "max-load search"
         task = bar.add_task(f"{len(candidates)} configurations, {what}", total=None)
-        batch = cached_batches(
+        with cached_batches(
             folder.target / "cache",
             workers,
             lambda done, submitted: bar.update(task, completed=done, total=submitted),
             executor,  # type: ignore[arg-type]
             address,
-        )
-        found = run_search(space, candidates, batch)
+        ) as batch:
+            found = run_search(space, candidates, batch)
     runs = found.runs
     paths, best, pruned_df = write_search_report(stage, space, runs, pruned)
     folder.commit()

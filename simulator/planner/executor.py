@@ -54,6 +54,42 @@ def run_scenario(payload: str) -> dict[str, Any]:
 Executor = Literal["local", "ray"]
 
 
+class KeptPool:
+    """One local worker pool for several ``run_all`` batches (a max-load search's rounds):
+    its workers keep what they loaded (imports, op tables, step-pricing templates) from one
+    batch to the next. Made at the first batch that needs it, in that thread; closed on exit.
+    A batch that fails or is interrupted stops it; the next batch makes a new one."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def get(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = worker_pool(self.workers, _context())
+        return self._pool
+
+    def lost(self) -> None:
+        self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> KeptPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _context() -> BaseContext | None:
+    # fork is the fast start, but forking a threaded host (a Streamlit server, Ray's client)
+    # can copy held locks into the children: spawn there
+    return mp.get_context("spawn") if threading.active_count() > 1 else None
+
+
 def run_all(
     scenarios: list[Scenario],
     cache_dir: Path,
@@ -61,9 +97,10 @@ def run_all(
     progress: Callable[[int, int], None] | None = None,
     executor: Executor = "local",
     address: str | None = None,
+    kept: KeptPool | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Results by scenario name; cached runs are read, the rest run ``workers`` at a time
-    (local) or as Ray tasks."""
+    (local: on ``kept``'s pool when given, else on a pool of their own) or as Ray tasks."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
     todo: list[tuple[Scenario, Path]] = []
@@ -91,10 +128,7 @@ def run_all(
     if executor == "ray":
         _run_ray(todo, store, workers, address)
         return results
-    # fork is the fast start, but forking a threaded host (a Streamlit server, Ray's client)
-    # can copy held locks into the children: spawn there
-    context = mp.get_context("spawn") if threading.active_count() > 1 else None
-    pool = worker_pool(workers, context)
+    pool = kept.get() if kept is not None else worker_pool(workers, _context())
     try:
         futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
         for future in completed(futures):
@@ -102,8 +136,11 @@ def run_all(
             store(sc, path, future.result())
     except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
         stop_pool(pool, exc)
+        if kept is not None:
+            kept.lost()
         raise
-    pool.shutdown()
+    if kept is None:
+        pool.shutdown()
     return results
 
 

@@ -9,7 +9,7 @@ search (its probes, its answer and how many simulations it took).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,17 +124,19 @@ def write_search_report(
     return [*paths, stage / "space.yaml"], best, pruned_df
 
 
+@contextlib.contextmanager
 def cached_batches(
     cache: Path,
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
     executor: Executor = "local",
     address: str | None = None,
-) -> Batch:
-    """The ``run_batch`` of :func:`run_search`: each batch through ``run_all`` (its runs
-    cached in ``cache``); ``progress(done, submitted)`` counts the simulations of every batch
-    so far."""
-    from simulator.planner.executor import run_all
+) -> Iterator[Batch]:
+    """The ``run_batch`` of :func:`run_search`, for the ``with`` block: each batch through
+    ``run_all`` (its runs cached in ``cache``), every local batch on one worker pool that
+    lives as long as the block (a max-load search's rounds reuse its warm workers);
+    ``progress(done, submitted)`` counts the simulations of every batch so far."""
+    from simulator.planner.executor import KeptPool, run_all
 
     done = 0
 
@@ -148,11 +150,12 @@ def cached_batches(
             def step(finished: int, _total: int) -> None:
                 progress(start + finished, submitted)
 
-        got = run_all(scenarios, cache, workers, step, executor, address)
+        got = run_all(scenarios, cache, workers, step, executor, address, kept)
         done = submitted
         return got
 
-    return batch
+    with KeptPool(workers) as kept:
+        yield batch
 
 
 def search_space(
@@ -174,7 +177,8 @@ def search_space(
     with folder if folder is not None else contextlib.nullcontext() as stage:
         space, candidates, pruned = prepare(space, source, base)
         cache = folder.target / "cache" if folder is not None else plan_home() / "cache"
-        found = run_search(space, candidates, cached_batches(cache, workers, progress))
+        with cached_batches(cache, workers, progress) as batch:
+            found = run_search(space, candidates, batch)
         found.space = space
         if stage is not None:
             write_search_report(stage, space, found.runs, pruned)

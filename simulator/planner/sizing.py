@@ -288,7 +288,8 @@ def run_size(
     with folder if folder is not None else contextlib.nullcontext() as stage:
         default = folder.target / "cache" if folder is not None else plan_home() / "cache"
         cache = cache_dir or default
-        result = answer(request, space, candidates, pruned, cached_batches(cache, workers, counted))
+        with cached_batches(cache, workers, counted) as batch:
+            result = answer(request, space, candidates, pruned, batch)
         if stage is not None:
             write_size_report(stage, result)
             result.report_dir = out

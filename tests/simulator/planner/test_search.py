@@ -202,3 +202,40 @@ def test_the_run_cache_key_covers_the_engine_but_not_the_presentation() -> None:
     for shown in ("cli/size.py", "planner/report.py", "planner/deploy.py", "api.py",
                   "validation/document.py"):  # fmt: skip
         assert shown not in names, shown
+
+
+def test_a_kept_pool_serves_every_batch_with_the_same_workers(tmp_path: Path) -> None:
+    from simulator.planner.executor import KeptPool
+
+    with KeptPool(1) as kept:
+        first = run_all([_tiny(0)], tmp_path, workers=1, kept=kept)
+        pool = kept.get()
+        workers = set(pool._processes)  # type: ignore[attr-defined]
+        second = run_all([_tiny(1)], tmp_path, workers=1, kept=kept)
+        assert kept.get() is pool
+        assert set(pool._processes) == workers  # type: ignore[attr-defined]
+    assert kept._pool is None  # closed with the block
+    alone = run_all([_tiny(0), _tiny(1)], tmp_path / "alone", workers=1)
+
+    def answers(results: dict[str, dict]) -> dict[str, dict]:
+        return {k: {f: v for f, v in r.items() if f != "wall_s"} for k, r in results.items()}
+
+    assert answers(alone) == answers({**first, **second})  # warm workers, same answers
+
+
+def test_a_failed_batch_drops_the_kept_pool(tmp_path: Path) -> None:
+    from simulator.planner.executor import KeptPool
+
+    class StopError(Exception):
+        pass
+
+    def stop(done: int, total: int) -> None:
+        if done >= 1:
+            raise StopError
+
+    with KeptPool(1) as kept:
+        with pytest.raises(StopError):
+            run_all([_tiny(s) for s in range(3)], tmp_path, workers=1, progress=stop, kept=kept)
+        assert kept._pool is None
+        again = run_all([_tiny(5)], tmp_path, workers=1, kept=kept)  # a new pool
+        assert again["tiny-5"]["throughput_tok_per_s_per_gpu"] > 0
