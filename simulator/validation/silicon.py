@@ -47,6 +47,7 @@ from simulator.specs.serving import ServingConfig
 from simulator.validation.points import Overrides, Router, benchmark_scenario, read_records
 from simulator.validation.run import err_pct, median_or_none, median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
+from simulator.validation.silicon_rows import untrusted_layouts
 from simulator.validation.silicon_spread import Spread, spreads
 
 CSV_NAME = "silicon_sample.csv"
@@ -430,6 +431,9 @@ def load_silicon(path: str | Path) -> LoadedSilicon:
             out.skipped[mapped] += 1
         else:
             out.points.append(mapped)
+    untrusted = untrusted_layouts(out.points)  # simulator/validation/silicon_rows.py
+    out.skipped.update(untrusted.values())
+    out.points = [p for p in out.points if p.row not in untrusted]
     return out
 
 

@@ -341,7 +341,13 @@ Parallelism: the CSV's world is `tp_size x attention_dp_size` GPUs, its MoE laye
   `moe_ep_size` 1 -> `ep = 1` (experts TP-sharded, `dp` must be 1);
   `moe_ep_size = tp_size x attention_dp_size` -> `dp = attention_dp_size`,
   `ep = tp x dp` (vLLM `--data-parallel-size` + `--enable-expert-parallel`: attention
-  data-parallel, experts over all GPUs); experts split both ways: skipped (none occurs).
+  data-parallel, experts over all GPUs); experts split both ways: skipped (none occurs);
+- layouts the file contradicts are skipped (`simulator/validation/silicon_rows.py`): a row
+  whose `id` names a (tp, ep) other than its columns' (40 rows of the 0.12.0 file: ids
+  `..._tp4_ep4_...` with `tp_size` 4, `attention_dp_size` 4, `moe_ep_size` 16, i.e. 16 GPUs
+  for a 4-GPU run; their TTFT and TPOT are, to 0.01 ms, those of rows whose id and columns
+  agree on TP4 with EP4), and a measurement found under two layouts when the layout an id
+  confirms is the other one, or none is (15 rows).
 
 ## Results
 

@@ -15,6 +15,7 @@ import pytest
 from simulator.specs import SpecError
 from simulator.validation import silicon as s
 from simulator.validation.silicon_document import render_markdown
+from simulator.validation.silicon_rows import SKIP_ID_LAYOUT, SKIP_TWO_LAYOUTS
 
 BASE: dict[str, str] = {
     "id": "x",
@@ -246,7 +247,10 @@ def _result(point: s.SiliconPoint, ttft: float, tpot: float) -> s.SiliconResult:
 
 
 def test_errors_and_document(tmp_path: Path) -> None:
-    rows = [{}, {"tp_size": "4", "moe_tp_size": "4"}, {"system": "h200_sxm"}]
+    # the two layouts are two measurements (another OSL): one measurement under two layouts
+    # would be an untrusted layout (silicon_rows.py)
+    rows = [{}, {"tp_size": "4", "moe_tp_size": "4", "osl": "1000"},
+            {"system": "h200_sxm"}]  # fmt: skip
     points = s.load_silicon(write(tmp_path / "s.csv", rows)).points
     results = [
         _result(points[0], 50.0, 12.0),  # -50 %, +20 %
@@ -295,7 +299,11 @@ def test_real_file_maps_every_vllm_aggregated_row_or_gives_a_reason() -> None:
     assert loaded.skipped[s.SKIP_DISAGG] == 17
     assert not [r for r in loaded.skipped if "no precision mapping" in r or "no model" in r]
     assert {p.card for p in loaded.points} == set(s.MODELS.values())
-    assert len(loaded.points) > 1300
+    # the 0.12.0 file's rows whose id names TP4 EP4 and whose columns give 16 GPUs, and the
+    # rows repeating their measurements under the 16-GPU layout (silicon_rows.py)
+    assert loaded.skipped[SKIP_ID_LAYOUT] == 40
+    assert loaded.skipped[SKIP_TWO_LAYOUTS] == 15
+    assert len(loaded.points) > 1250
 
 
 def test_nvfp4_mappings_follow_the_checkpoints_ignore_lists() -> None:
