@@ -276,6 +276,8 @@ def test_errors_and_document(tmp_path: Path) -> None:
     assert "- 1 point: not simulated: weights do not fit" in doc
     assert "| llama-3.3-70b | h100 | 2 | 50.0 | 15.0 | +0.0 | +5.0 |" in doc
     assert "are **means** over the requests" in doc
+    assert "| 2 | h100 | 1 | 50.0 | 20.0 | -50.0 | +20.0 |" in doc  # by system and TP
+    assert "| 4 | h100 | 1 | 50.0 | 10.0 | +50.0 | -10.0 |" in doc
     json.dumps(report.to_json())
 
 
