@@ -6,16 +6,25 @@ TP {4, 8} x DCP {1, 2} x 10 concurrency levels (2-96) = 200 runs. Fresh caches e
 ``--wide``: 216 configurations instead, none pruned (9 devices x TP {2, 4, 8} x
 max_num_seqs {default, 32, 64, 128} x max_num_batched_tokens {default, 2048}), at the same
 10 concurrency levels: 2,160 runs.
+``--plan-search``: the wide space through the whole ``plan search`` command as a user runs it
+(its max-load search over the concurrency levels, 3 seeds a point, the reports), a fresh
+output folder each time, ``--repeats`` times; prints each wall time and the median.
 
 Run:  .venv/bin/python benchmarks/search_200.py [--workers 2] [--skip-ray] [--wide]
+      .venv/bin/python benchmarks/search_200.py --plan-search [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 from simulator.planner.executor import run_all
 from simulator.planner.space import SearchSpace, expand
@@ -51,7 +60,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--wide", action="store_true", help="216 configurations, not 200 runs")
+    parser.add_argument("--plan-search", action="store_true", help="the wide space via plan search")
+    parser.add_argument("--repeats", type=int, default=3, help="with --plan-search")
     args = parser.parse_args()
+    if args.plan_search:
+        plan_search(args.workers, args.repeats)
+        return
     candidates, pruned = expand(SearchSpace.model_validate(WIDE if args.wide else SPACE))
     scenarios = [sc for c in candidates for sc in c.scenarios]
     print(
@@ -65,6 +79,22 @@ def main() -> None:
             run_all(scenarios, Path(tmp), args.workers, executor=executor)  # type: ignore[arg-type]
             wall = time.perf_counter() - start
         print(f"{executor:6} {wall:7.1f} s   {len(scenarios) / wall * 60:7.1f} runs/min")
+
+
+def plan_search(workers: int, repeats: int) -> None:
+    walls = []
+    with tempfile.TemporaryDirectory() as tmp:
+        space = Path(tmp) / "wide.yaml"
+        space.write_text(yaml.safe_dump(WIDE, sort_keys=False))
+        for i in range(repeats):
+            out = Path(tmp) / f"out{i}"
+            cmd = [sys.executable, "-c", "from simulator.cli import main; main()", "search",
+                   str(space), "--out", str(out), "--workers", str(workers)]  # fmt: skip
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            walls.append(time.perf_counter() - start)
+            print(f"plan search, 216 configurations: {walls[-1]:6.1f} s", flush=True)
+    print(f"median of {repeats}: {statistics.median(walls):.1f} s")
 
 
 if __name__ == "__main__":
