@@ -127,6 +127,8 @@ def record_gqa(so: StepOps, kind: str, n: float) -> None:
             name + "rope", "elementwise", "attention", n,
             ops.elementwise(t * (h + kvh) * hd, 4.0), bf16,
         )  # fmt: skip
+        if g.qk_norm != "none":
+            _qk_norm(so, name, n, t * (h + kvh) * hd, g.qk_norm == "across_heads")
     if s.num_decodes:
         kv = {"swa": s.decode_kv_window, "sparse_gqa": s.decode_kv_sparse}.get(kind, s.decode_kv)
         q = s.decode_tokens / s.num_decodes
@@ -174,6 +176,25 @@ def record_gqa(so: StepOps, kind: str, n: float) -> None:
         )  # fmt: skip
     if static:
         so.gemm(name + "o_proj", "attention", n, t, d, h * hd, "attention")
+
+
+# kernels of one layer's q/k RMSNorm: q_norm and k_norm are two modules (vLLM qwen3.py); the
+# across-heads form computes the variances, all-reduces them, then scales (two kernels around
+# the collective: MiniMaxText01RMSNormTP.forward_qk). An assumption read from that code: an
+# inductor fusion with RoPE would make it fewer.
+QK_NORM_KERNELS = 2.0
+
+
+def _qk_norm(so: StepOps, name: str, n: float, elements: float, across_heads: bool) -> None:
+    """RMSNorm of this step's queries and keys (bf16 in and out); across heads, TP ranks
+    all-reduce the fp32 variances of q and k, concatenated (2 x 4 bytes a token), each layer."""
+    work = ops.elementwise(elements, 4.0)
+    so.add(
+        name + "qk_norm", "elementwise", "attention", n,
+        ops.Work(work.flops, work.bytes, QK_NORM_KERNELS), so.m.device.peak_flops_per_s.bf16,
+    )  # fmt: skip
+    if across_heads:
+        so.collective(name + "qk_norm_allreduce", "allreduce", n, so.t * 8.0, so.m.serving.tp)
 
 
 def record_linear(so: StepOps, n: float) -> None:

@@ -144,15 +144,18 @@ def _layer_kinds(cfg: ConfigView, kinds: Mapping[str, LayerKind]) -> dict[LayerK
     return mixers
 
 
-def _gqa(cfg: ConfigView, output_gate: bool) -> dict[str, Any]:
+def _gqa(cfg: ConfigView, output_gate: bool, qk_norm: str = "none") -> dict[str, Any]:
     heads = cfg.integer("num_attention_heads")
     hidden = cfg.integer("hidden_size")
-    return {
+    out: dict[str, Any] = {
         "num_heads": heads,
         "num_kv_heads": cfg.integer("num_key_value_heads", heads),
         "head_dim": cfg.integer("head_dim", hidden // heads),
         "output_gate": output_gate,
     }
+    if qk_norm != "none":
+        out["qk_norm"] = qk_norm
+    return out
 
 
 def _qwen_moe_layers(cfg: ConfigView, count: int) -> tuple[int, list[int]]:
@@ -204,7 +207,7 @@ def _read_qwen(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     mtp = cfg.optional_int("mtp_num_hidden_layers")
     return {
         "layers": {"count": count, "mixers": mixers, "moe_layers": moe_layers},
-        "gqa": _gqa(cfg, cfg.boolean("attn_output_gate", True)),
+        "gqa": _gqa(cfg, cfg.boolean("attn_output_gate", True), "per_head"),  # q_norm, k_norm
         "linear_attention": linear,
         "dense_intermediate_size": _dense_size(cfg, moe_layers, count, "intermediate_size"),
         "moe": moe,
@@ -232,8 +235,8 @@ def _read_qwen3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             "num_shared_experts": 0,
         }
     notes.append(
-        "q_norm / k_norm (RMSNorm of each query and key head, head_dim weights) are not on the"
-        " card: no GEMM and a negligible share of the weights"
+        "q_norm / k_norm (RMSNorm of each query and key head): qk_norm per_head, priced as"
+        " elementwise lines; their head_dim weights are not counted (a negligible share)"
     )
     return {
         "layers": {
@@ -241,7 +244,7 @@ def _read_qwen3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             "mixers": {"gqa": layer_range(count)},
             "moe_layers": moe_layers,
         },
-        "gqa": _gqa(cfg, False),
+        "gqa": _gqa(cfg, False, "per_head"),
         "dense_intermediate_size": _dense_size(cfg, moe_layers, count, "intermediate_size"),
         "moe": moe,
     }
@@ -305,9 +308,10 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     if cfg.integer("shared_intermediate_size", 0):
         raise cfg.error("shared_intermediate_size", "minimax_m2 shared experts are not supported")
     notes.append(
-        f"q/k RMSNorm ({cfg.get('qk_norm_type', 'per_layer')}: over all heads, so TP ranks"
-        f" reduce its statistics) and partial RoPE (rotary_dim {cfg.get('rotary_dim', '?')}"
-        " of head_dim) are not on the card"
+        f"q/k RMSNorm (qk_norm_type {cfg.get('qk_norm_type', 'per_layer')}; vLLM's minimax_m2"
+        " normalizes over all heads whatever it says): qk_norm across_heads, TP ranks"
+        " all-reduce its variances once a layer; partial RoPE (rotary_dim"
+        f" {cfg.get('rotary_dim', '?')} of head_dim) is priced as full RoPE"
     )
     if cfg.boolean("use_mtp", False):
         notes.append(
@@ -321,7 +325,7 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             "mixers": {"gqa": layer_range(count)},
             "moe_layers": layer_range(count),
         },
-        "gqa": _gqa(cfg, False),
+        "gqa": _gqa(cfg, False, "across_heads"),
         "moe": {
             "num_experts": cfg.integer("num_local_experts"),
             "top_k": cfg.integer("num_experts_per_tok"),
@@ -334,7 +338,11 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 
 def _read_minimax_m3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
-    gqa = _gqa(cfg, cfg.boolean("attention_output_gate", False))
+    qk_norm = "none"
+    if cfg.boolean("use_qk_norm", False):  # qk_norm_type per_head, or per_layer as in M2
+        per_head = cfg.get("qk_norm_type", "per_layer") == "per_head"
+        qk_norm = "per_head" if per_head else "across_heads"
+    gqa = _gqa(cfg, cfg.boolean("attention_output_gate", False), qk_norm)
     mixers: dict[LayerKind, list[int]] = {"gqa": layer_range(count)}
     if cfg.has("sparse_attention_config"):
         sparse_cfg = cfg.sub("sparse_attention_config")

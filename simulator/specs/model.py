@@ -93,6 +93,9 @@ class MLAConfig(Spec):
     indexer: DsaIndexerConfig | None = None  # `sparse_mla` layers (DSA lightning indexer)
 
 
+QKNorm = Literal["none", "per_head", "across_heads"]
+
+
 class GQAConfig(Spec):
     """Softmax attention with grouped KV heads (full, sliding-window or block-sparse layers)."""
 
@@ -100,6 +103,11 @@ class GQAConfig(Spec):
     num_kv_heads: PositiveInt
     head_dim: PositiveInt
     output_gate: bool = False  # Qwen3.5 attn_output_gate
+    # RMSNorm of the queries and keys before RoPE: per_head (Qwen3, Qwen3-Next / 3.5: q_norm and
+    # k_norm of head_dim weights, vLLM qwen3.py / qwen3_next.py), across_heads (MiniMax-M2: one
+    # norm over all heads, so TP ranks all-reduce its variances, q's and k's together, once a
+    # layer: vLLM MiniMaxText01RMSNormTP.forward_qk)
+    qk_norm: QKNorm = "none"
     sliding_window_tokens: PositiveInt | None = None  # for `swa` layers
     # block-sparse attention (`sparse_gqa` layers): an indexer picks top-k blocks per query
     sparse_block_tokens: PositiveInt | None = None
