@@ -179,16 +179,19 @@ def test_a_torn_cache_entry_is_run_again(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+class StopError(Exception):
+    pass
+
+
+def stop_after_one(done: int, total: int) -> None:
+    """A ``progress`` callback that stops the batch once one run is stored."""
+    if done >= 1:
+        raise StopError
+
+
 def test_a_stop_from_progress_cancels_the_queued_runs(tmp_path: Path) -> None:
-    class StopError(Exception):
-        pass
-
-    def progress(done: int, total: int) -> None:
-        if done >= 1:
-            raise StopError
-
     with pytest.raises(StopError):
-        run_all([_tiny(s) for s in range(4)], tmp_path, workers=1, progress=progress)
+        run_all([_tiny(s) for s in range(4)], tmp_path, workers=1, progress=stop_after_one)
     assert len(list(tmp_path.glob("*.json"))) == 1  # the one stored before the stop
 
 
@@ -226,16 +229,12 @@ def test_a_kept_pool_serves_every_batch_with_the_same_workers(tmp_path: Path) ->
 def test_a_failed_batch_drops_the_kept_pool(tmp_path: Path) -> None:
     from simulator.planner.executor import KeptPool
 
-    class StopError(Exception):
-        pass
-
-    def stop(done: int, total: int) -> None:
-        if done >= 1:
-            raise StopError
-
     with KeptPool(1) as kept:
         with pytest.raises(StopError):
-            run_all([_tiny(s) for s in range(3)], tmp_path, workers=1, progress=stop, kept=kept)
+            run_all(
+                [_tiny(s) for s in range(3)], tmp_path, workers=1, progress=stop_after_one,
+                kept=kept,
+            )  # fmt: skip
         assert kept._pool is None
         again = run_all([_tiny(5)], tmp_path, workers=1, kept=kept)  # a new pool
         assert again["tiny-5"]["throughput_tok_per_s_per_gpu"] > 0
