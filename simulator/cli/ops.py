@@ -679,6 +679,13 @@ def validate_silicon(
     ] = 10,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    replicates: Annotated[
+        int,
+        typer.Option(
+            help="Simulate every point under this many seeds (--seed, --seed + 1, ...) and"
+            " state the headline's range; the tables are the first seed's."
+        ),
+    ] = 1,
     no_cache: NoCacheOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -688,8 +695,9 @@ def validate_silicon(
     from simulator.validation.run import user_cache_dir
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    for name, value in (("workers", workers), ("replicates", replicates)):
+        if value < 1:
+            raise SpecError("(arguments)", name, f"must be >= 1, got {value}")
     # outputs checked before any work (the folder marked in progress, written whole)
     folder = None if out is None else OutputFolder(out, "plan validate silicon", POINTS)
     stage = folder.open() if folder is not None else None
@@ -703,9 +711,10 @@ def validate_silicon(
     report, wall_s = _with_progress(
         not as_json,
         lambda progress: s.validate(
-            data, models or (), limit, requests_per_conc, seed, workers, progress, cache
+            data, models or (), limit, requests_per_conc, seed, workers, progress, cache,
+            replicates,
         ),
-    )
+    )  # fmt: skip
     args = ["plan", "validate", "silicon"]
     if data is not None:
         args += ["--data", str(data)]
@@ -713,6 +722,8 @@ def validate_silicon(
         args += ["--limit", str(limit)]
     for m in models or ():
         args += ["--models", m]
+    if replicates != 1:
+        args += ["--replicates", str(replicates)]
     _write_validation(
         report, render_markdown, wall_s, cache, folder, stage, markdown,
         [*args, *_run_args(requests_per_conc, seed, workers, out, markdown)], workers,
@@ -733,6 +744,13 @@ def validate_silicon(
     for row in rows([report.overall]):
         t.add_row(*row)
     console().print(t)
+    if len(report.replicates) > 1:
+        per_seed = "; ".join(
+            f"seed {k}: {g.median_ape_ttft_pct:.1f} / {g.median_ape_tpot_pct:.1f} %"
+            for k, g in report.replicates
+            if g.median_ape_ttft_pct is not None and g.median_ape_tpot_pct is not None
+        )
+        typer.echo(f"median APE TTFT / TPOT by seed: {per_seed} (tables: the first)")
     skipped = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common())
     typer.echo(f"skipped rows: {skipped or 'none'}", err=True)
     typer.echo(

@@ -647,6 +647,8 @@ class SiliconReport:
     results: list[SiliconResult]
     # how far the data's own repeats and vLLM versions differ (every mappable point)
     spread: list[Spread] = field(default_factory=list)
+    # (seed, headline) of every replicate, ``seed`` first: the whole validation once per seed
+    replicates: list[tuple[int, LatencyError]] = field(default_factory=list)
 
     @property
     def overall(self) -> LatencyError:
@@ -669,6 +671,7 @@ class SiliconReport:
             "by_system": [asdict(g) for g in by_system(self.results)],
             "groups": [asdict(g) for g in by_model_system(self.results)],
             "spread": [asdict(s) for s in self.spread],
+            "replicates": [{"seed": k, **asdict(g)} for k, g in self.replicates],
         }
 
 
@@ -681,12 +684,26 @@ def validate(
     workers: int = 1,
     progress: Callable[[int, int, SiliconResult], None] | None = None,
     cache_dir: Path | None = None,
+    replicates: int = 1,
 ) -> SiliconReport:
+    """``replicates``: the points simulated under seeds ``seed``, ``seed + 1``, ...; the report's
+    tables are the first seed's, its ``replicates`` every seed's headline."""
+    if replicates < 1:
+        raise SpecError("(arguments)", "replicates", f"must be >= 1, got {replicates}")
     path = Path(data) if data is not None else default_data()
     loaded = load_silicon(path)
     models = list(models)
     chosen = select(loaded.points, models, limit)
-    results = run_points(chosen, requests_per_conc, seed, workers, progress, cache_dir)
+    runs = []
+    for k in range(replicates):
+        offset = k * len(chosen)
+        step = (
+            None
+            if progress is None
+            else partial(_shifted, progress, offset, replicates * len(chosen))
+        )
+        runs.append(run_points(chosen, requests_per_conc, seed + k, workers, step, cache_dir))
+    results = runs[0]
     return SiliconReport(
         data=path,
         rows=loaded.rows,
@@ -698,4 +715,16 @@ def validate(
         models=models,
         results=results,
         spread=spreads(loaded.points),
+        replicates=[(seed + k, group_error(r, "all", "all")) for k, r in enumerate(runs)],
     )
+
+
+def _shifted(
+    progress: Callable[[int, int, SiliconResult], None],
+    offset: int,
+    total: int,
+    done: int,
+    _total: int,
+    result: SiliconResult,
+) -> None:
+    progress(offset + done, total, result)  # one bar over every replicate

@@ -94,6 +94,33 @@ def _faster_counts(results: Sequence[SiliconResult]) -> str:
     )
 
 
+def _replicates(report: SiliconReport) -> str:
+    """The headline under every seed simulated (the load's lengths and arrivals are drawn)."""
+    reps = report.replicates
+    if len(reps) < 2:
+        return (
+            f"One seed ({report.seed}): each point's request lengths and arrivals are one draw;"
+            " `--replicates N` simulates every point under N seeds and states the headline's"
+            " range."
+        )
+
+    def spread(values: list[float | None], signed: bool = False) -> str:
+        got = [v for v in values if v is not None]
+        each = " / ".join(_pct(v, signed) for v in values)
+        lo, hi = (_pct(min(got), signed), _pct(max(got), signed)) if got else ("-", "-")
+        return f"{lo} to {hi} % ({each})"
+
+    seeds = ", ".join(str(k) for k, _ in reps)
+    return (
+        f"**Seeds**: every point simulated under seeds {seeds}; the headline's median APE"
+        f" is {spread([g.median_ape_ttft_pct for _, g in reps])} for TTFT and"
+        f" {spread([g.median_ape_tpot_pct for _, g in reps])} for TPOT; bias"
+        f" {spread([g.bias_ttft_pct for _, g in reps], True)} and"
+        f" {spread([g.bias_tpot_pct for _, g in reps], True)}. The tables below are seed"
+        f" {reps[0][0]}'s."
+    )
+
+
 def _conc_groups(results: Sequence[SiliconResult]) -> list[LatencyError]:
     out = []
     for label, lo, hi in CONC_BUCKETS:
@@ -217,6 +244,7 @@ def render_markdown(
         ttft_bias=_pct(a.bias_ttft_pct, True),
         tpot_bias=_pct(a.bias_tpot_pct, True),
         faster=_faster_counts(results),
+        replicates=_replicates(report),
         model_table=_md_table(["model_path", "card", "why"], [list(r) for r in MODEL_ROWS]),
         system_table=_md_table(["system", "hardware profile", "points"], system_rows),
         precision_table=_md_table(
@@ -270,6 +298,8 @@ tuned".
 {ttft_ape} % for TTFT and {tpot_ape} % for TPOT; median bias {ttft_bias} % (TTFT) and
 {tpot_bias} % (TPOT). Bias = median of (simulated - measured) / measured: **negative = the
 simulator is faster than measured (optimistic)**, positive = slower. {faster}
+
+{replicates}
 
 ## What was simulated
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -100,6 +101,38 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     good = write(tmp_path / "good.csv", HEADER, [LLAMA_8B])
     assert "limit: must be >= 1" in _one_line_error(["--data", str(good), "--limit", "0"])
     assert "models: unknown ['nope']" in _one_line_error(["--data", str(good), "--models", "nope"])
+    assert "replicates: must be >= 1, got 0" in _one_line_error(
+        ["--data", str(good), "--replicates", "0"]
+    )
+
+
+def test_replicates_simulate_every_point_under_each_seed(tmp_path: Path) -> None:
+    data = write(tmp_path / "s.csv", HEADER, [LLAMA_8B])
+    doc = tmp_path / "doc.md"
+
+    def run(*extra: str) -> dict[str, Any]:
+        result = runner.invoke(
+            app,
+            ["validate", "silicon", "--data", str(data), "--requests-per-conc", "3",
+             "--workers", "1", "--no-cache", "--json", *extra],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        out: dict[str, Any] = json.loads(result.stdout)
+        return out
+
+    three = run("--seed", "4", "--replicates", "3", "--markdown", str(doc))
+    assert [r["seed"] for r in three["replicates"]] == [4, 5, 6]
+    for r in three["replicates"]:  # each replicate is that seed's own validation
+        alone = run("--seed", str(r["seed"]))["overall"]
+        assert r["median_ape_ttft_pct"] == pytest.approx(alone["median_ape_ttft_pct"])
+        assert r["bias_tpot_pct"] == pytest.approx(alone["bias_tpot_pct"])
+    assert three["overall"] == run("--seed", "4")["overall"]  # the tables: the first seed's
+    ttft = {r["median_ape_ttft_pct"] for r in three["replicates"]}
+    assert len(ttft) > 1  # the seeds draw other loads
+    text = doc.read_text()
+    assert "--replicates 3" in text
+    assert "--seed 4" in text
+    assert "**Seeds**: every point simulated under seeds 4, 5, 6" in text
 
 
 def test_two_real_points_with_limit(tmp_path: Path) -> None:
