@@ -691,7 +691,7 @@ def validate_silicon(
 ) -> None:
     """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""
 
-    from simulator.validation import silicon as s
+    from simulator.validation import silicon_report as s
     from simulator.validation.run import user_cache_dir
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 

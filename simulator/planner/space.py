@@ -211,6 +211,7 @@ PRESENTATION = (
     "cli/", "examples/", "api.py", "planner/report.py", "planner/report_tables.py",
     "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
     "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
+    "validation/silicon_report.py",  # which points and seeds run: in each scenario's hash
 )  # fmt: skip
 
 

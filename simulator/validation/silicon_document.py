@@ -7,16 +7,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from simulator.validation.document import _md_table, _pct
-from simulator.validation.silicon import (
-    MODEL_ROWS,
-    PRECISIONS,
+from simulator.validation.silicon import MODEL_ROWS, PRECISIONS, SiliconResult, devices_by_system
+from simulator.validation.silicon_report import (
     LatencyError,
     SiliconReport,
-    SiliconResult,
     by_model,
     by_model_system,
     by_system,
-    devices_by_system,
     group_error,
 )
 from simulator.validation.silicon_spread import Spread

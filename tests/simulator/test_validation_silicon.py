@@ -14,6 +14,7 @@ import pytest
 
 from simulator.specs import SpecError
 from simulator.validation import silicon as s
+from simulator.validation import silicon_report as sr
 from simulator.validation.silicon_document import render_markdown
 from simulator.validation.silicon_rows import SKIP_ID_LAYOUT, SKIP_TWO_LAYOUTS
 
@@ -225,7 +226,7 @@ def test_no_package_and_no_data_is_a_spec_error(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(package, "data_source", lambda: None)
     with pytest.raises(SpecError, match="aiconfigurator-core is not installed") as info:
-        s.validate(None)
+        sr.validate(None)
     assert info.value.field == "data"
 
 
@@ -259,15 +260,15 @@ def test_errors_and_document(tmp_path: Path) -> None:
     ]
     assert results[0].err_ttft_pct == pytest.approx(-50.0)
     assert results[1].err_tpot_pct == pytest.approx(-10.0)
-    report = s.SiliconReport(tmp_path / "s.csv", 3, Counter({"backend 'sglang': not vLLM": 2}),
-                             0, 10, 0, None, [], results)  # fmt: skip
+    report = sr.SiliconReport(tmp_path / "s.csv", 3, Counter({"backend 'sglang': not vLLM": 2}),
+                              0, 10, 0, None, [], results)  # fmt: skip
     overall = report.overall
     assert (overall.points, overall.not_simulated) == (2, 1)
     assert overall.median_ape_ttft_pct == pytest.approx(50.0)
     assert overall.bias_ttft_pct == pytest.approx(0.0)
     assert overall.median_ape_tpot_pct == pytest.approx(15.0)
     assert overall.bias_tpot_pct == pytest.approx(5.0)
-    (h100, h200) = s.by_system(results)
+    (h100, h200) = sr.by_system(results)
     assert (h100.system, h100.points, h200.system, h200.not_simulated) == ("h100", 2, "h200", 1)
     doc = render_markdown(report, "plan validate silicon --data s.csv", "today", 60.0)
     assert "This is a validation set" in doc

@@ -1,0 +1,175 @@
+"""The errors of a silicon validation and its report: which points run under which seeds,
+and their median APE and bias by model, system and both.
+
+Kept apart from :mod:`simulator.validation.silicon` (the rows, their mapping, one point's
+simulation) because the run cache's key covers that module's code and not this one's: what
+runs is named by each scenario's hash (point, requests, seed), and the errors are computed,
+never cached, so editing how a report is assembled keeps every cached point.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from simulator.specs.loading import SpecError
+from simulator.validation.run import median_or_none
+from simulator.validation.silicon import (
+    SiliconResult,
+    default_data,
+    load_silicon,
+    run_points,
+    select,
+)
+from simulator.validation.silicon_spread import Spread, spreads
+
+
+@dataclass(frozen=True)
+class LatencyError:
+    """Errors of one group of points (a model, a system, a model on a system, or all)."""
+
+    model: str
+    system: str
+    points: int  # simulated
+    not_simulated: int
+    median_ape_ttft_pct: float | None
+    median_ape_tpot_pct: float | None
+    bias_ttft_pct: float | None  # median signed error; positive = simulated slower
+    bias_tpot_pct: float | None
+
+
+def group_error(results: Sequence[SiliconResult], model: str, system: str) -> LatencyError:
+    ok = [r for r in results if r.ok]
+    et = [e for r in ok if (e := r.err_ttft_pct) is not None]
+    ep = [e for r in ok if (e := r.err_tpot_pct) is not None]
+    return LatencyError(
+        model=model,
+        system=system,
+        points=len(ok),
+        not_simulated=len(results) - len(ok),
+        median_ape_ttft_pct=median_or_none([abs(e) for e in et]),
+        median_ape_tpot_pct=median_or_none([abs(e) for e in ep]),
+        bias_ttft_pct=median_or_none(et),
+        bias_tpot_pct=median_or_none(ep),
+    )
+
+
+def _groups(
+    results: Sequence[SiliconResult], key: Callable[[SiliconResult], tuple[str, str]]
+) -> list[LatencyError]:
+    groups: dict[tuple[str, str], list[SiliconResult]] = {}
+    for r in results:
+        groups.setdefault(key(r), []).append(r)
+    return [group_error(groups[k], *k) for k in sorted(groups)]
+
+
+def by_model_system(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: (r.point.card, r.point.device))
+
+
+def by_model(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: (r.point.card, "all"))
+
+
+def by_system(results: Sequence[SiliconResult]) -> list[LatencyError]:
+    return _groups(results, lambda r: ("all", r.point.device))
+
+
+@dataclass
+class SiliconReport:
+    data: Path
+    rows: int
+    skipped: Counter[str]
+    not_selected: int
+    requests_per_conc: int
+    seed: int
+    limit: int | None
+    models: list[str]
+    results: list[SiliconResult]
+    # how far the data's own repeats and vLLM versions differ (every mappable point)
+    spread: list[Spread] = field(default_factory=list)
+    # (seed, headline) of every replicate, ``seed`` first: the whole validation once per seed
+    replicates: list[tuple[int, LatencyError]] = field(default_factory=list)
+
+    @property
+    def overall(self) -> LatencyError:
+        return group_error(self.results, "all", "all")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "data": str(self.data),
+            "rows": self.rows,
+            "skipped": dict(self.skipped),
+            "not_selected": self.not_selected,
+            "requests_per_conc": self.requests_per_conc,
+            "seed": self.seed,
+            "limit": self.limit,
+            "models": self.models,
+            "simulated": sum(r.ok for r in self.results),
+            "not_simulated": {r.point.row: r.status for r in self.results if not r.ok},
+            "overall": asdict(self.overall),
+            "by_model": [asdict(g) for g in by_model(self.results)],
+            "by_system": [asdict(g) for g in by_system(self.results)],
+            "groups": [asdict(g) for g in by_model_system(self.results)],
+            "spread": [asdict(s) for s in self.spread],
+            "replicates": [{"seed": k, **asdict(g)} for k, g in self.replicates],
+        }
+
+
+def validate(
+    data: str | Path | None = None,
+    models: Iterable[str] = (),
+    limit: int | None = None,
+    requests_per_conc: int = 10,
+    seed: int = 0,
+    workers: int = 1,
+    progress: Callable[[int, int, SiliconResult], None] | None = None,
+    cache_dir: Path | None = None,
+    replicates: int = 1,
+) -> SiliconReport:
+    """``replicates``: the points simulated under seeds ``seed``, ``seed + 1``, ...; the report's
+    tables are the first seed's, its ``replicates`` every seed's headline."""
+    if replicates < 1:
+        raise SpecError("(arguments)", "replicates", f"must be >= 1, got {replicates}")
+    path = Path(data) if data is not None else default_data()
+    loaded = load_silicon(path)
+    models = list(models)
+    chosen = select(loaded.points, models, limit)
+    runs = []
+    for k in range(replicates):
+        offset = k * len(chosen)
+        step = (
+            None
+            if progress is None
+            else partial(_shifted, progress, offset, replicates * len(chosen))
+        )
+        runs.append(run_points(chosen, requests_per_conc, seed + k, workers, step, cache_dir))
+    results = runs[0]
+    return SiliconReport(
+        data=path,
+        rows=loaded.rows,
+        skipped=loaded.skipped,
+        not_selected=len(loaded.points) - len(chosen),
+        requests_per_conc=requests_per_conc,
+        seed=seed,
+        limit=limit,
+        models=models,
+        results=results,
+        spread=spreads(loaded.points),
+        replicates=[(seed + k, group_error(r, "all", "all")) for k, r in enumerate(runs)],
+    )
+
+
+def _shifted(
+    progress: Callable[[int, int, SiliconResult], None],
+    offset: int,
+    total: int,
+    done: int,
+    _total: int,
+    result: SiliconResult,
+) -> None:
+    progress(offset + done, total, result)  # one bar over every replicate
