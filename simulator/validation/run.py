@@ -334,20 +334,26 @@ class ValidationReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "data": str(self.data),
-            "rows": self.rows,
-            "skipped": dict(self.skipped),
-            "not_selected": self.not_selected,
-            "requests_per_conc": self.requests_per_conc,
-            "seed": self.seed,
+            **report_json(self),
             "limit_per_curve": self.limit_per_curve,
-            "simulated": sum(r.ok for r in self.results),
-            "not_simulated": {
-                r.point.row: r.status for r in self.results if not r.ok
-            },  # row -> reason
             "overall": {k: asdict(v) for k, v in self.totals.items()},
             "groups": [asdict(g) for g in self.groups],
         }
+
+
+def report_json(report: Any) -> dict[str, Any]:
+    """What every validation report's JSON starts with: the data, what was skipped, the run's
+    settings, and which points were simulated (row -> reason for the others)."""
+    return {
+        "data": str(report.data),
+        "rows": report.rows,
+        "skipped": dict(report.skipped),
+        "not_selected": report.not_selected,
+        "requests_per_conc": report.requests_per_conc,
+        "seed": report.seed,
+        "simulated": sum(r.ok for r in report.results),
+        "not_simulated": {r.point.row: r.status for r in report.results if not r.ok},
+    }
 
 
 def validate(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.specs.loading import SpecError
-from simulator.validation.run import median_or_none
+from simulator.validation.run import median_or_none, report_json
 from simulator.validation.silicon import (
     SiliconResult,
     default_data,
@@ -101,16 +101,9 @@ class SiliconReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "data": str(self.data),
-            "rows": self.rows,
-            "skipped": dict(self.skipped),
-            "not_selected": self.not_selected,
-            "requests_per_conc": self.requests_per_conc,
-            "seed": self.seed,
+            **report_json(self),
             "limit": self.limit,
             "models": self.models,
-            "simulated": sum(r.ok for r in self.results),
-            "not_simulated": {r.point.row: r.status for r in self.results if not r.ok},
             "overall": asdict(self.overall),
             "by_model": [asdict(g) for g in by_model(self.results)],
             "by_system": [asdict(g) for g in by_system(self.results)],
