@@ -188,11 +188,8 @@ QK_NORM_KERNELS = 2.0
 def _qk_norm(so: StepOps, name: str, n: float, elements: float, across_heads: bool) -> None:
     """RMSNorm of this step's queries and keys (bf16 in and out); across heads, TP ranks
     all-reduce the fp32 variances of q and k, concatenated (2 x 4 bytes a token), each layer."""
-    work = ops.elementwise(elements, 4.0)
-    so.add(
-        name + "qk_norm", "elementwise", "attention", n,
-        ops.Work(work.flops, work.bytes, QK_NORM_KERNELS), so.m.device.peak_flops_per_s.bf16,
-    )  # fmt: skip
+    work = ops.elementwise(elements, 4.0)._replace(kernels=QK_NORM_KERNELS)
+    so.add(name + "qk_norm", "elementwise", "attention", n, work, so.m.device.peak_flops_per_s.bf16)
     if across_heads:
         so.collective(name + "qk_norm_allreduce", "allreduce", n, so.t * 8.0, so.m.serving.tp)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simulator.importers.config_view import ConfigView
-from simulator.specs.model import LayerKind
+from simulator.specs.model import LayerKind, QKNorm
 from simulator.specs.precision import StateDtype
 
 _STATE_DTYPES: dict[str, StateDtype] = {"float32": "fp32", "bfloat16": "bf16"}
@@ -144,7 +144,7 @@ def _layer_kinds(cfg: ConfigView, kinds: Mapping[str, LayerKind]) -> dict[LayerK
     return mixers
 
 
-def _gqa(cfg: ConfigView, output_gate: bool, qk_norm: str = "none") -> dict[str, Any]:
+def _gqa(cfg: ConfigView, output_gate: bool, qk_norm: QKNorm = "none") -> dict[str, Any]:
     heads = cfg.integer("num_attention_heads")
     hidden = cfg.integer("hidden_size")
     out: dict[str, Any] = {
@@ -338,7 +338,7 @@ def _read_minimax_m2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 
 def _read_minimax_m3(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     count = cfg.integer("num_hidden_layers")
-    qk_norm = "none"
+    qk_norm: QKNorm = "none"
     if cfg.boolean("use_qk_norm", False):  # qk_norm_type per_head, or per_layer as in M2
         per_head = cfg.get("qk_norm_type", "per_layer") == "per_head"
         qk_norm = "per_head" if per_head else "across_heads"
