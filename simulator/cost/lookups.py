@@ -27,6 +27,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from simulator.measured.tables import KIND_CLASS
+from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.serving import ServingConfig
 
@@ -126,12 +127,40 @@ class Lookups:
             "ep": ep,
             "distribution": moe_distribution(self.card, self.serving),
         }
-        if not self.card.gated_mlp and not self._measured("moe", family):
+        kind = "moe"
+        if self.serving.moe_kernel != "auto" and self._has("moe_kernel"):
+            kind = "moe_kernel"
+            family["kernel"] = self.serving.moe_kernel
+            self._check_kernel(precision)
+        if not self.card.gated_mlp and not self._measured(kind, family):
             # the tables time gated experts (w13 of 2 x inter), except their own rows of the
             # non-gated model (docs/hybrid-mamba.md); elsewhere a non-gated expert of width I
             # is read as the gated one of width 2 I / 3: the same FLOPs and weight bytes
             family["inter"] = moe.expert_intermediate_size * 2.0 / 3.0
-        return self._bind(name, "moe", family, {}, ("num_tokens",))
+        return self._bind(name, kind, family, {}, ("num_tokens",))
+
+    def _has(self, kind: str) -> bool:
+        """Whether the device's tables answer ``kind`` (not on priors or its calibration)."""
+        t = self.tables
+        return t is not None and kind in t.models and KIND_CLASS[kind] not in self.skip
+
+    def _check_kernel(self, precision: str) -> None:
+        """A named MoE kernel must have rows of this format on the device (or on the device
+        its tables come from); else the answer would be another kernel's, silently."""
+        assert self.tables is not None
+        model = self.tables.models.get("moe_kernel")
+        grids = getattr(getattr(model, "source", model), "grids", {})
+        timed = {(fam[0], fam[1]) for fam in grids}
+        kernel = self.serving.moe_kernel
+        if (kernel, precision) in timed:
+            return
+        have = sorted({k for k, p in timed if p == precision})
+        raise SpecError(
+            "serving",
+            "moe_kernel",
+            f"no measured {kernel} MoE rows for {precision} experts on this device"
+            f" ({self.tables.basis}; kernels timed for {precision}: {', '.join(have) or 'none'})",
+        )
 
     def _measured(self, kind: str, family: dict[str, Any]) -> bool:
         """Whether the tables hold this very family (on this device or the transfer's)."""

@@ -221,13 +221,14 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
     if system is None or not (source.root / system).is_dir():
         return None
     files = source.tables(system)
+    moe_history = source.history(system, "moe")
     device = Device.of(profile)
     key = hashlib.sha256(
         "|".join(
             [_code_fingerprint(), source.package_version, repr(device)]
             + [
                 f"{f.relative}:{f.path.stat().st_size}:{f.path.stat().st_mtime_ns}"
-                for f in files.values()
+                for f in [*files.values(), *moe_history]
             ]
         ).encode()
     ).hexdigest()[:24]
@@ -239,7 +240,7 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
             return cached
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
         pass
-    frames = read_frames(files)
+    frames = read_frames(files, moe_history)
     models = build_models(frames, device)
     used = sorted({f.relative: f for fs in frames.files.values() for f in fs}.values(), key=str)
     tables = DeviceTables(

@@ -66,18 +66,27 @@ class DataSource:
     def tables(self, system: str) -> dict[str, TableFile]:
         """The newest version of every table the system has, by TABLE_FILES name."""
         out: dict[str, TableFile] = {}
-        base = self.root / system
-        for name, (op, backend, file) in TABLE_FILES.items():
-            folder = base / op / backend
-            if not folder.is_dir():
-                continue
-            versions = [v for v in folder.iterdir() if (v / file).is_file()]
-            if not versions:
-                continue
-            newest = max(versions, key=lambda v: _version_key(v.name))
-            rel = f"{system}/{op}/{backend}/{newest.name}/{file}"
-            out[name] = TableFile(name, newest / file, rel, newest.name)
+        for name in TABLE_FILES:
+            versions = self.history(system, name)
+            if versions:
+                out[name] = versions[-1]
         return out
+
+    def history(self, system: str, name: str) -> list[TableFile]:
+        """Every version of one table the system has, oldest first (the MoE reader keeps
+        kernels that only older collections timed: vLLM 0.19's Triton ``fused_moe``)."""
+        op, backend, file = TABLE_FILES[name]
+        folder = self.root / system / op / backend
+        if not folder.is_dir():
+            return []
+        versions = sorted(
+            (v for v in folder.iterdir() if (v / file).is_file()),
+            key=lambda v: _version_key(v.name),
+        )
+        return [
+            TableFile(name, v / file, f"{system}/{op}/{backend}/{v.name}/{file}", v.name)
+            for v in versions
+        ]
 
 
 def _version_key(name: str) -> tuple[int, Version | str]:

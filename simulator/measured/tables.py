@@ -40,6 +40,16 @@ MOE_DTYPES = {
     "int4_wo": "int4_g32",  # INT4 weight-only, groups of 32 (Marlin; Kimi-K2.5)
 }
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+# the routed-expert kernel a MoE row times, by a part of its kernel_source (first match);
+# ServingConfig.moe_kernel names these. vLLM 0.19-0.22's ``vllm_fused_moe`` is its Triton
+# fused_moe; 0.24 names the oracle's choice (``..._triton_tritonexperts``, OAI Triton MXFP4)
+MOE_KERNELS = (
+    ("flashinfer_trtllm", "flashinfer_trtllm"),
+    ("flashinfer_cutlass", "flashinfer_cutlass"),
+    ("marlin", "marlin"),
+    ("triton", "triton"),
+    ("vllm_fused_moe", "triton"),
+)
 NCCL_OPS = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -67,6 +77,12 @@ KINDS: dict[str, KindSpec] = {
     "bmm": KindSpec(("which",), ("num_tokens", "num_heads"), ()),
     "moe": KindSpec(
         ("dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),
+        ("num_tokens",),
+        (),
+    ),
+    # the same rows by kernel, from every collection (ServingConfig.moe_kernel)
+    "moe_kernel": KindSpec(
+        ("kernel", "dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),
         ("num_tokens",),
         (),
     ),
@@ -110,6 +126,7 @@ KIND_CLASS = {
     "gemm": "gemm",
     "bmm": "gemm",
     "moe": "moe",
+    "moe_kernel": "moe",
     "attn_decode": "attn_decode",
     "attn_prefill": "attn_prefill",
     "mla_decode_module": "mla_decode",
@@ -199,14 +216,16 @@ def _bmm(tf: TableFile, out: Frames) -> None:
     out.add("bmm", df[which.notna()], tf)
 
 
-def _moe(tf: TableFile, out: Frames) -> None:
-    nums = (
-        "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
-        "moe_ep_size", "latency",
-    )  # fmt: skip
-    df = read_table(tf, ("moe_dtype", "distribution"), nums)
+MOE_NUMBERS = (
+    "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+    "moe_ep_size", "latency",
+)  # fmt: skip
+
+
+def _moe_frame(tf: TableFile, text: tuple[str, ...] = ()) -> pd.DataFrame:
+    df = read_table(tf, ("moe_dtype", "distribution", *text), MOE_NUMBERS)
     df = df[df["moe_dtype"].isin(list(MOE_DTYPES))]
-    frame = df.assign(
+    return df.assign(
         dtype=df["moe_dtype"].map(MOE_DTYPES),
         hidden=df["hidden_size"],
         inter=df["inter_size"],
@@ -214,7 +233,39 @@ def _moe(tf: TableFile, out: Frames) -> None:
         ep=df["moe_ep_size"],
         seconds=df["latency"].astype(float) * MS,
     )
-    out.add("moe", frame, tf)
+
+
+def _moe(tf: TableFile, out: Frames) -> None:
+    out.add("moe", _moe_frame(tf), tf)
+
+
+def moe_kernel(kernel_source: str) -> str | None:
+    """The kernel family of a MoE row's ``kernel_source`` (None: not one vLLM lets a user
+    pick, e.g. vLLM 0.19's ``vllm_mxfp4_moe``, whichever MXFP4 backend its oracle chose)."""
+    for part, kernel in MOE_KERNELS:
+        if part in kernel_source:
+            return kernel
+    return None
+
+
+def moe_kernels(history: list[TableFile], out: Frames) -> None:
+    """Kind ``moe_kernel``: every collection's MoE rows keyed by kernel; a family (kernel,
+    format, shape, layout, skew) timed by several collections keeps the newest one's rows."""
+    import pandas as pd
+
+    parts = []
+    for order, tf in enumerate(history):  # oldest first
+        df = _moe_frame(tf, ("kernel_source",))
+        kernel = df["kernel_source"].map(moe_kernel)
+        parts.append(df[kernel.notna()].assign(kernel=kernel[kernel.notna()], order=order))
+    if not parts:
+        return
+    frame = pd.concat(parts, ignore_index=True)
+    family = list(KINDS["moe_kernel"].family)
+    newest = frame.groupby(family, sort=False)["order"].transform("max")
+    frame = frame[frame["order"] == newest]
+    for order in sorted(set(frame["order"])):
+        out.add("moe_kernel", frame[frame["order"] == order], history[order])
 
 
 def _attention(tf: TableFile, out: Frames, decode: bool) -> None:
@@ -373,10 +424,13 @@ READERS: dict[str, Callable[[TableFile, Frames], None]] = {
 }
 
 
-def read_frames(tables: dict[str, TableFile]) -> Frames:
-    """Every table the planner reads, normalized by kind."""
+def read_frames(tables: dict[str, TableFile], moe_history: list[TableFile] | None = None) -> Frames:
+    """Every table the planner reads, normalized by kind (``moe_history``: every version of
+    the MoE table, for the by-kernel kind)."""
     out = Frames()
     for name, reader in READERS.items():
         if name in tables:
             reader(tables[name], out)
+    if moe_history:
+        moe_kernels(moe_history, out)
     return out

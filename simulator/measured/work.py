@@ -73,7 +73,7 @@ def work(
         n, k = (ops.MLA_KV_LORA, ops.MLA_NOPE) if f["which"] == "w_uk" else (ops.MLA_V, 512)
         w = ops.bmm(x["num_heads"], x["num_tokens"], n, k, 2.0)
         peak = bf16
-    elif kind == "moe":
+    elif kind in ("moe", "moe_kernel"):
         w = ops.moe(
             x["num_tokens"], float(f["hidden"]), float(f["inter"]), float(f["num_experts"]),
             float(f["topk"]), float(f["ep"]), float(f["tp"]), _wbytes(f["dtype"]),

@@ -43,6 +43,9 @@ class SpeculativeConfig(Spec):
         return self
 
 
+MoEKernel = Literal["auto", "triton", "marlin", "flashinfer_trtllm", "flashinfer_cutlass"]
+
+
 class ServingConfig(Spec):
     """One replica = tp GPUs (DCP reuses the TP ranks); dp replicas; EP spans tp x dp GPUs."""
 
@@ -87,6 +90,11 @@ class ServingConfig(Spec):
     # token skew across experts as the measured MoE tables draw it: "auto" = the per-model
     # choice of the tables' SDK (power-law 1.01 for DeepSeek/Kimi-style routers, 1.2 else)
     moe_token_distribution: Literal["auto", "balanced", "power_law_1.01", "power_law_1.2"] = "auto"
+    # the routed-expert kernel vLLM runs (its MoE oracle, steered by --moe-backend and env
+    # flags such as VLLM_USE_FLASHINFER_MOE_FP8=0 or VLLM_MXFP4_USE_MARLIN=1): "auto" = the
+    # newest measured MoE table's rows, whatever kernel they time; a name = that kernel's
+    # rows from any collection (docs/measured.md, "MoE kernels")
+    moe_kernel: MoEKernel = "auto"
     # Wide expert parallelism (docs/rack-scale.md). Redundant physical experts of vLLM's EPLB
     # (--enable-eplb, --eplb-config num_redundant_experts): each EP rank holds
     # (num_experts + eplb_redundant_experts) / ep experts, which must be whole
