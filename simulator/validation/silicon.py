@@ -43,10 +43,11 @@ from simulator.specs.loading import SpecError
 from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import WeightPrecision
 from simulator.specs.scenario import Scenario
-from simulator.specs.serving import ServingConfig
+from simulator.specs.serving import MoEKernel, ServingConfig
 from simulator.validation.points import Overrides, Router, benchmark_scenario, read_records
 from simulator.validation.run import err_pct, median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
+from simulator.validation.silicon_flags import measured_date, script_flag
 from simulator.validation.silicon_rows import untrusted_layouts
 
 CSV_NAME = "silicon_sample.csv"
@@ -258,6 +259,8 @@ class SiliconPoint:
     ep: int
     ttft_ms: float  # measured
     tpot_ms: float  # measured
+    measured: str | None = None  # the silicon_data_source's measured= date
+    moe_kernel: MoEKernel = "auto"  # forced by the row's launch script (silicon_flags.py)
 
     @property
     def router(self) -> Router:
@@ -394,6 +397,8 @@ def map_row(
         return "osl < 2: no TPOT"
     ttft = _float(file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"))
     tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"))
+    measured = measured_date(_cell(rec, "silicon_data_source"))
+    flag = script_flag(model_path, system, quant[0], measured)
     return SiliconPoint(
         row=row,
         id=_cell(rec, "id"),
@@ -415,6 +420,8 @@ def map_row(
         ep=layout[2],
         ttft_ms=ttft,
         tpot_ms=tpot,
+        measured=measured,
+        moe_kernel=flag.moe_kernel if flag is not None else "auto",
     )
 
 
@@ -466,6 +473,7 @@ def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0)
         ep=point.ep,
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
+        moe_kernel=point.moe_kernel,
     )
     return benchmark_scenario(
         f"silicon row {point.row} ({point.id})",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from simulator.validation.document import _md_table, _pct
 from simulator.validation.silicon import MODEL_ROWS, PRECISIONS, SiliconResult, devices_by_system
+from simulator.validation.silicon_flags import flag_rows
 from simulator.validation.silicon_report import (
     LatencyError,
     SiliconReport,
@@ -18,6 +19,9 @@ from simulator.validation.silicon_report import (
 )
 from simulator.validation.silicon_spread import Spread
 
+FLAG_HEADER = [
+    "model_path", "system", "precision", "measured", "moe_kernel", "flags", "script", "points"
+]  # fmt: skip
 HEADER = [
     "model",
     "system",
@@ -244,6 +248,7 @@ def render_markdown(
         faster=_faster_counts(results),
         replicates=_replicates(report),
         model_table=_md_table(["model_path", "card", "why"], [list(r) for r in MODEL_ROWS]),
+        flag_table=_md_table(FLAG_HEADER, flag_rows(r.point for r in results)),
         system_table=_md_table(["system", "hardware profile", "points"], system_rows),
         precision_table=_md_table(
             [
@@ -388,6 +393,19 @@ Parallelism: the CSV's world is `tp_size x attention_dp_size` GPUs, its MoE laye
   for a 4-GPU run; their TTFT and TPOT are, to 0.01 ms, those of rows whose id and columns
   agree on TP4 with EP4), and a measurement found under two layouts when the layout an id
   confirms is the other one, or none is (15 rows).
+
+Launch-script flags (`simulator/validation/silicon_flags.py`): where the row's InferenceX
+launch script forced a MoE kernel, the rows measured while that revision was in effect run
+with `ServingConfig.moe_kernel` set to it (the measured MoE rows of that kernel, from any
+collection of the op tables; docs/measured.md). Matched by model, system, precision and the
+row's `measured=` date; the scripts are in github.com/SemiAnalysisAI/InferenceX.
+
+{flag_table}
+
+Flags of the same scripts the planner does not apply: `--kv-cache-dtype fp8`, `--max-num-seqs`,
+`--max-num-batched-tokens`, `--max-cudagraph-capture-size`, `--stream-interval`, the
+compilation config (CUDA-graph mode, fusion passes) and FlashInfer all-reduce settings;
+the planner's vLLM defaults stand in (see "Caveats").
 
 ## Results
 

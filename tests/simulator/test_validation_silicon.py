@@ -335,3 +335,39 @@ def test_nvfp4_mappings_follow_the_checkpoints_ignore_lists() -> None:
         nvfp4 = {g for g, v in mapping.overrides.items() if v == "nvfp4"}
         assert nvfp4 == set(modules) - ignored - {"router"}, file
         assert "attention" in ignored
+
+
+GPTOSS_H200 = {
+    "model_path": "openai/gpt-oss-120b", "system": "h200_sxm", "precision": "fp4",
+    "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "1", "moe_tp_size": "1",
+}  # fmt: skip
+
+
+def _measured(date: str | None) -> dict[str, str]:
+    when = f"; measured={date}T00:00:00.000Z" if date else ""
+    return {"silicon_data_source": f"source_file=a.csv; silicon_concurrency=8{when}"}
+
+
+# (row changes, the MoE kernel its launch script forced): by model, system, precision, date
+# fmt: off
+FLAGGED: list[tuple[dict[str, str], str]] = [
+    (GPTOSS_H200 | _measured("2026-03-27"), "marlin"),  # VLLM_MXFP4_USE_MARLIN=1
+    (GPTOSS_H200 | _measured("2026-01-02"), "marlin"),  # the first revision with the flag
+    (GPTOSS_H200 | _measured("2025-12-05"), "auto"),  # before it
+    (GPTOSS_H200 | _measured(None), "auto"),  # no date: no flag
+    (GPTOSS_H200 | {"system": "h100_sxm"} | _measured("2026-03-27"), "marlin"),
+    (GPTOSS_H200 | {"system": "b200_sxm"} | _measured("2026-03-27"), "auto"),
+    (MINIMAX | _measured("2026-03-11"), "triton"),  # VLLM_USE_FLASHINFER_MOE_FP8=0 era
+    (MINIMAX | _measured("2026-04-03"), "auto"),  # removed that day (image v0.19.0)
+    (MINIMAX_FP4 | _measured("2026-03-11"), "auto"),  # another script
+    (_measured("2026-03-11"), "auto"),  # Llama: no MoE flag
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("changes", "kernel"), FLAGGED)
+def test_launch_script_flags_pick_the_moe_kernel(changes: dict[str, str], kernel: str) -> None:
+    point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
+    assert isinstance(point, s.SiliconPoint), point
+    assert point.moe_kernel == kernel
+    assert s.scenario_of(point).serving.moe_kernel == kernel

@@ -1,0 +1,109 @@
+"""Server flags of the silicon rows' launch scripts that change which kernel vLLM runs.
+
+The CSV does not record how each server was started. Its rows match SemiAnalysis InferenceX
+records, whose launch scripts are public (github.com/SemiAnalysisAI/InferenceX,
+``benchmarks/``). Where a script forced a MoE kernel the planner prices from its own
+measured rows (``ServingConfig.moe_kernel``), the rows measured while that script revision
+was in effect are simulated with that kernel. A row is matched by model, system, precision
+and its ``measured=`` date (``silicon_data_source``); the window is the script's history,
+with the image (vLLM version) of its config in ``.github/configs/nvidia-master.yaml``.
+
+Read from the scripts, never chosen by the error: every flag here is one a script sets, and
+no flag a script sets that the planner prices is left out. Flags the planner does not
+price are listed in docs/validation-silicon.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.specs.serving import MoEKernel
+
+
+@dataclass(frozen=True)
+class ScriptFlag:
+    """A MoE kernel a launch script forced, and the rows it applies to."""
+
+    model_path: str
+    system: str
+    precision: str
+    since: str  # first measured= date the flag applies to (ISO, inclusive)
+    until: str | None  # first date it no longer does (exclusive); None: still set
+    moe_kernel: MoEKernel
+    flags: str  # the script's words
+    script: str  # path@commit of the first revision with the flag (and the one removing it)
+
+
+def _marlin(system: str, gpu: str) -> ScriptFlag:
+    return ScriptFlag(
+        "openai/gpt-oss-120b",
+        system,
+        "fp4",
+        "2026-01-02",
+        None,
+        "marlin",
+        "VLLM_MXFP4_USE_MARLIN=1",
+        f"benchmarks/gptoss_fp4_{gpu}_slurm.sh@4e52ed4c6 (image vllm-openai v0.13.0; the flag is"
+        f" in every later revision, benchmarks/single_node/gptoss_fp4_{gpu}.sh)",
+    )
+
+
+SCRIPT_FLAGS: tuple[ScriptFlag, ...] = (
+    _marlin("h100_sxm", "h100"),
+    _marlin("h200_sxm", "h200"),
+    ScriptFlag(
+        "MiniMaxAI/MiniMax-M2.5",
+        "b200_sxm",
+        "fp8",
+        "2026-03-11",
+        "2026-04-03",
+        "triton",
+        "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0",
+        "benchmarks/single_node/minimaxm2.5_fp8_b200.sh@f342df18e (image vllm-openai"
+        " v0.17.0-cu130); removed at bddbf4031 (2026-04-03, image v0.19.0-cu130)",
+    ),
+)
+
+_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
+
+
+def measured_date(data_source: str) -> str | None:
+    """The ``measured=`` date of a row's ``silicon_data_source`` (None: not recorded)."""
+    found = _MEASURED.search(data_source)
+    return found.group(1) if found else None
+
+
+def script_flag(
+    model_path: str, system: str, precision: str, measured: str | None
+) -> ScriptFlag | None:
+    """The launch-script flag in effect for a row, if any (a row without a date gets none)."""
+    if measured is None:
+        return None
+    for f in SCRIPT_FLAGS:
+        if (f.model_path, f.system, f.precision) != (model_path, system, precision):
+            continue
+        if f.since <= measured and (f.until is None or measured < f.until):
+            return f
+    return None
+
+
+def flag_rows(points: Iterable[Any]) -> list[list[str]]:
+    """The document's table: every flag with the simulated points it applied to."""
+    pts = list(points)
+    out = []
+    for f in SCRIPT_FLAGS:
+        n = sum(
+            1
+            for p in pts
+            if (p.model_path, p.system, p.precision) == (f.model_path, f.system, f.precision)
+            and p.moe_kernel == f.moe_kernel
+        )
+        window = f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
+        out.append(
+            [f"`{f.model_path}`", f"`{f.system}`", f.precision, window, f"`{f.moe_kernel}`",
+             f"`{f.flags}`", f.script, str(n)]
+        )  # fmt: skip
+    return out
