@@ -119,6 +119,7 @@ def step(
         "decode_tokens_per_s_per_user": (1.0 / cost.seconds) if decode else None,
         "latency_sources": {c: latency.source(c) for c in classes},
         "tables_basis": basis_of(profile, latency.tables),
+        "moe_kernel": cfg.moe_kernel,
         "extrapolated_queries": dict(latency.extrapolations),
         "ops": [
             {"name": x.name, "op_class": x.op_class, "category": x.category, "count": x.count,
@@ -166,7 +167,8 @@ def step(
             else ""
         )
     )
-    con.print(f"  op tables: {result['tables_basis']}")
+    kernel = f" (MoE kernel: {cfg.moe_kernel})" if cfg.moe_kernel != "auto" else ""
+    con.print(f"  op tables: {result['tables_basis']}{kernel}")
 
 
 # ------------------------------------------------------------------------------ ops, fit, validate

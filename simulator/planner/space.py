@@ -212,6 +212,7 @@ PRESENTATION = (
     "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
     "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
     "validation/silicon_report.py",  # which points and seeds run: in each scenario's hash
+    "validation/silicon_flags.py",  # the MoE kernel of a point: in its scenario's serving
 )  # fmt: skip
 
 

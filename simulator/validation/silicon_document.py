@@ -487,7 +487,12 @@ caching off, request counts) are listed above.
   `int4_g32`; a table family must match the dtype, so those MoE layers are priced by the
   MoE tables' fitted baseline instead of the measured `int4_wo` rows (on 8x H200 at 64
   decodes the two differ by about 6 % of the MoE time).
-- **Not on the cards**: MiniMax-M2.5's q/k RMSNorm over all heads (a small TP all-reduce
-  per layer in vLLM), partial RoPE, attention sinks of gpt-oss, the Kimi-K2.5 vision tower
-  (unused by text prompts).
+- **Not on the cards**: partial RoPE, attention sinks of gpt-oss, the Kimi-K2.5 vision
+  tower (unused by text prompts). (MiniMax-M2.5's q/k RMSNorm over all heads and Qwen3's
+  per-head one are: `gqa.qk_norm`.)
+- **Marlin MXFP4 is transferred**: the H100 / H200 tables time vLLM's Marlin MXFP4 MoE at
+  another model's shape only (hidden 3,584, 896 experts, top-16); the gpt-oss rows whose
+  script forces it are priced from there through the fitted roofline, which reads small
+  batches 1.5x slower than the OAI Triton rows at gpt-oss's shape: their TPOT is
+  pessimistic (docs/validation-guide.md).
 """

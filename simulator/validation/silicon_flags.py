@@ -9,8 +9,13 @@ and its ``measured=`` date (``silicon_data_source``); the window is the script's
 with the image (vLLM version) of its config in ``.github/configs/nvidia-master.yaml``.
 
 Read from the scripts, never chosen by the error: every flag here is one a script sets, and
-no flag a script sets that the planner prices is left out. Flags the planner does not
-price are listed in docs/validation-silicon.md.
+every MoE-kernel flag of these models' vLLM scripts whose kernel the tables time for the
+experts' format is here. Not expressible: gpt-oss on B200 sets
+VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations, another format than the card's
+W4A16 experts) and Kimi-K2.5 INT4 on B200 VLLM_USE_FLASHINFER_MOE_INT4=1 (no such rows).
+Other flags are not applied (docs/validation-silicon.md lists them): the KV cache
+dtype, for one, was removed and restored on the very date the Llama rows record
+(2025-10-29), so which way those rows ran is unknown.
 """
 
 from __future__ import annotations

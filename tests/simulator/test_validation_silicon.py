@@ -279,6 +279,9 @@ def test_errors_and_document(tmp_path: Path) -> None:
     assert "are **means** over the requests" in doc
     assert "| 2 | h100 | 1 | 50.0 | 20.0 | -50.0 | +20.0 |" in doc  # by system and TP
     assert "| 4 | h100 | 1 | 50.0 | 10.0 | +50.0 | -10.0 |" in doc
+    # every launch-script flag is listed, with the points it applied to (none here)
+    assert "| `openai/gpt-oss-120b` | `h200_sxm` | fp4 | 2026-01-02 to now | `marlin` |" in doc
+    assert "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0" in doc
     json.dumps(report.to_json())
 
 
