@@ -100,12 +100,7 @@ def flag_rows(points: Iterable[Any]) -> list[list[str]]:
     pts = list(points)
     out = []
     for f in SCRIPT_FLAGS:
-        n = sum(
-            1
-            for p in pts
-            if (p.model_path, p.system, p.precision) == (f.model_path, f.system, f.precision)
-            and p.moe_kernel == f.moe_kernel
-        )
+        n = sum(1 for p in pts if script_flag(p.model_path, p.system, p.precision, p.measured) is f)
         window = f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
         out.append(
             [f"`{f.model_path}`", f"`{f.system}`", f.precision, window, f"`{f.moe_kernel}`",
