@@ -130,3 +130,20 @@ def test_a_bad_kernel_name_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "moe_kernel" in lines[0]
+
+
+def test_plan_step_names_the_kernel(tmp_path: Path, fixture_tables: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    serving = tmp_path / "serving.yaml"
+    serving.write_text("tp: 1\nmoe_kernel: marlin\n")
+    args = ["step", "--model", "gpt-oss-120b", "--device", "h200", "--serving", str(serving)]
+    result = CliRunner().invoke(app, [*args, "--prefill", "4096"])
+    assert result.exit_code == 0, result.output
+    assert "(MoE kernel: marlin)" in result.stdout
+    result = CliRunner().invoke(app, [*args, "--prefill", "4096", "--json"])
+    assert json.loads(result.stdout)["moe_kernel"] == "marlin"
