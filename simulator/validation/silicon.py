@@ -261,6 +261,9 @@ class SiliconPoint:
     tpot_ms: float  # measured
     measured: str | None = None  # the silicon_data_source's measured= date
     moe_kernel: MoEKernel = "auto"  # forced by the row's launch script (silicon_flags.py)
+    # the launch script turned on expert parallelism where the CSV says moe_ep_size 1: the
+    # run's experts are over all tp x dp GPUs (`ep` stays the CSV's layout)
+    expert_parallel: bool = False
 
     @property
     def router(self) -> Router:
@@ -422,6 +425,7 @@ def map_row(
         tpot_ms=tpot,
         measured=measured,
         moe_kernel=flag.moe_kernel if flag is not None else "auto",
+        expert_parallel=flag is not None and flag.expert_parallel,
     )
 
 
@@ -470,7 +474,7 @@ def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0)
     serving = ServingConfig(
         tp=point.tp,
         dp=point.dp,
-        ep=point.ep,
+        ep=point.tp * point.dp if point.expert_parallel else point.ep,
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
         moe_kernel=point.moe_kernel,

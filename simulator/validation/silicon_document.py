@@ -20,7 +20,8 @@ from simulator.validation.silicon_report import (
 from simulator.validation.silicon_spread import Spread
 
 FLAG_HEADER = [
-    "model_path", "system", "precision", "measured", "moe_kernel", "flags", "script", "points"
+    "model_path", "system", "precision", "measured", "moe_kernel", "experts over", "flags",
+    "script", "points",
 ]  # fmt: skip
 HEADER = [
     "model",
@@ -397,8 +398,12 @@ Parallelism: the CSV's world is `tp_size x attention_dp_size` GPUs, its MoE laye
 Launch-script flags (`simulator/validation/silicon_flags.py`): where the row's InferenceX
 launch script forced a MoE kernel, the rows measured while that revision was in effect run
 with `ServingConfig.moe_kernel` set to it (the measured MoE rows of that kernel, from any
-collection of the op tables; docs/measured.md). Matched by model, system, precision and the
-row's `measured=` date; the scripts are in github.com/SemiAnalysisAI/InferenceX.
+collection of the op tables; docs/measured.md); where it turned on expert parallelism
+(`--enable-expert-parallel`) the row runs with experts over all `tp x dp` GPUs although its
+`moe_ep_size` says 1 (two MiniMax-M2.5 FP8 scripts tested `[ "$EP_SIZE" -ge 1 ]` for a
+while, true for the configs' default EP_SIZE 1; with `dp` 1 vLLM then all-reduces the
+experts' output as under TP). Matched by model, system, precision and the row's `measured=`
+date; the scripts are in github.com/SemiAnalysisAI/InferenceX.
 
 {flag_table}
 

@@ -1,16 +1,21 @@
-"""Server flags of the silicon rows' launch scripts that change which kernel vLLM runs.
+"""Server flags of the silicon rows' launch scripts that change which kernels vLLM runs.
 
 The CSV does not record how each server was started. Its rows match SemiAnalysis InferenceX
 records, whose launch scripts are public (github.com/SemiAnalysisAI/InferenceX,
 ``benchmarks/``). Where a script forced a MoE kernel the planner prices from its own
 measured rows (``ServingConfig.moe_kernel``), the rows measured while that script revision
-was in effect are simulated with that kernel. A row is matched by model, system, precision
+was in effect are simulated with that kernel; where it turned expert parallelism on
+(``--enable-expert-parallel``) while the CSV records ``moe_ep_size`` 1, with experts over
+all ``tp x dp`` GPUs. A row is matched by model, system, precision
 and its ``measured=`` date (``silicon_data_source``); the window is the script's history,
 with the image (vLLM version) of its config in ``.github/configs/nvidia-master.yaml``.
 
 Read from the scripts, never chosen by the error: every flag here is one a script sets, and
 every MoE-kernel flag of these models' vLLM scripts whose kernel the tables time for the
-experts' format is here. Not expressible: gpt-oss on B200 sets
+experts' format is here. Expert parallelism: the MiniMax-M2.5 FP8 scripts for H200 and
+B200 tested ``[ "$EP_SIZE" -ge 1 ]`` for a while, which the configs' default EP_SIZE of 1
+passes, so those servers ran with ``--enable-expert-parallel`` although the result (and the
+CSV) is labelled EP 1; the other scripts test ``-gt 1``. Not expressible: gpt-oss on B200 sets
 VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations, another format than the card's
 W4A16 experts) and Kimi-K2.5 INT4 on B200 VLLM_USE_FLASHINFER_MOE_INT4=1 (no such rows).
 Other flags are not applied (docs/validation-silicon.md lists them): the KV cache
@@ -30,16 +35,18 @@ from simulator.specs.serving import MoEKernel
 
 @dataclass(frozen=True)
 class ScriptFlag:
-    """A MoE kernel a launch script forced, and the rows it applies to."""
+    """A MoE kernel a launch script forced and / or expert parallelism it turned on, and the
+    rows it applies to."""
 
     model_path: str
     system: str
     precision: str
     since: str  # first measured= date the flag applies to (ISO, inclusive)
     until: str | None  # first date it no longer does (exclusive); None: still set
-    moe_kernel: MoEKernel
+    moe_kernel: MoEKernel  # "auto": the script forced none
     flags: str  # the script's words
     script: str  # path@commit of the first revision with the flag (and the one removing it)
+    expert_parallel: bool = False  # --enable-expert-parallel: experts over all tp x dp GPUs
 
 
 def _marlin(system: str, gpu: str) -> ScriptFlag:
@@ -66,9 +73,24 @@ SCRIPT_FLAGS: tuple[ScriptFlag, ...] = (
         "2026-03-11",
         "2026-04-03",
         "triton",
-        "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0",
+        "VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0; --enable-expert-parallel"
+        ' (`[ "$EP_SIZE" -ge 1 ]`, EP_SIZE 1)',
         "benchmarks/single_node/minimaxm2.5_fp8_b200.sh@f342df18e (image vllm-openai"
-        " v0.17.0-cu130); removed at bddbf4031 (2026-04-03, image v0.19.0-cu130)",
+        " v0.17.0-cu130); both removed at bddbf4031 (2026-04-03, image v0.19.0-cu130; its"
+        " test is `-gt 1`)",
+        expert_parallel=True,
+    ),
+    ScriptFlag(
+        "MiniMaxAI/MiniMax-M2.5",
+        "h200_sxm",
+        "fp8",
+        "2026-03-13",
+        "2026-05-26",
+        "auto",
+        '--enable-expert-parallel (`[ "$EP_SIZE" -ge 1 ]`, EP_SIZE 1)',
+        "benchmarks/single_node/minimaxm2.5_fp8_h200.sh@5e2c705d3 (image vllm-openai v0.16.0;"
+        " v0.18.0 from 1d5cae141); removed at 8014ee637 (2026-05-26: `-gt 1`)",
+        expert_parallel=True,
     ),
 )
 
@@ -104,6 +126,6 @@ def flag_rows(points: Iterable[Any]) -> list[list[str]]:
         window = f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
         out.append(
             [f"`{f.model_path}`", f"`{f.system}`", f.precision, window, f"`{f.moe_kernel}`",
-             f"`{f.flags}`", f.script, str(n)]
+             "tp x dp" if f.expert_parallel else "as the CSV", f"`{f.flags}`", f.script, str(n)]
         )  # fmt: skip
     return out

@@ -351,26 +351,38 @@ def _measured(date: str | None) -> dict[str, str]:
     return {"silicon_data_source": f"source_file=a.csv; silicon_concurrency=8{when}"}
 
 
-# (row changes, the MoE kernel its launch script forced): by model, system, precision, date
+# (row changes, the MoE kernel its launch script forced, the EP size it ran): by model,
+# system, precision, date
+MINIMAX_H200_TP8 = MINIMAX | {"system": "h200_sxm", "tp_size": "8", "moe_tp_size": "8"}
 # fmt: off
-FLAGGED: list[tuple[dict[str, str], str]] = [
-    (GPTOSS_H200 | _measured("2026-03-27"), "marlin"),  # VLLM_MXFP4_USE_MARLIN=1
-    (GPTOSS_H200 | _measured("2026-01-02"), "marlin"),  # the first revision with the flag
-    (GPTOSS_H200 | _measured("2025-12-05"), "auto"),  # before it
-    (GPTOSS_H200 | _measured(None), "auto"),  # no date: no flag
-    (GPTOSS_H200 | {"system": "h100_sxm"} | _measured("2026-03-27"), "marlin"),
-    (GPTOSS_H200 | {"system": "b200_sxm"} | _measured("2026-03-27"), "auto"),
-    (MINIMAX | _measured("2026-03-11"), "triton"),  # VLLM_USE_FLASHINFER_MOE_FP8=0 era
-    (MINIMAX | _measured("2026-04-03"), "auto"),  # removed that day (image v0.19.0)
-    (MINIMAX_FP4 | _measured("2026-03-11"), "auto"),  # another script
-    (_measured("2026-03-11"), "auto"),  # Llama: no MoE flag
+FLAGGED: list[tuple[dict[str, str], str, int]] = [
+    (GPTOSS_H200 | _measured("2026-03-27"), "marlin", 1),  # VLLM_MXFP4_USE_MARLIN=1
+    (GPTOSS_H200 | _measured("2026-01-02"), "marlin", 1),  # the first revision with the flag
+    (GPTOSS_H200 | _measured("2025-12-05"), "auto", 1),  # before it
+    (GPTOSS_H200 | _measured(None), "auto", 1),  # no date: no flag
+    (GPTOSS_H200 | {"system": "h100_sxm"} | _measured("2026-03-27"), "marlin", 1),
+    (GPTOSS_H200 | {"system": "b200_sxm"} | _measured("2026-03-27"), "auto", 1),
+    # VLLM_USE_FLASHINFER_MOE_FP8=0 era, and `[ "$EP_SIZE" -ge 1 ]`: EP over the TP2 GPUs
+    (MINIMAX | _measured("2026-03-11"), "triton", 2),
+    (MINIMAX | _measured("2026-04-03"), "auto", 1),  # both removed that day (image v0.19.0)
+    (MINIMAX_FP4 | _measured("2026-03-11"), "auto", 1),  # another script
+    (_measured("2026-03-11"), "auto", 1),  # Llama: no MoE flag
+    (MINIMAX_H200_TP8 | _measured("2026-03-01"), "auto", 1),  # before `-ge 1` (2026-03-13)
+    (MINIMAX_H200_TP8 | _measured("2026-03-13"), "auto", 8),  # `-ge 1`: EP8
+    (MINIMAX_H200_TP8 | _measured("2026-03-28"), "auto", 8),
+    (MINIMAX_H200_TP8 | _measured("2026-05-26"), "auto", 1),  # `-gt 1` from that day
 ]
 # fmt: on
 
 
-@pytest.mark.parametrize(("changes", "kernel"), FLAGGED)
-def test_launch_script_flags_pick_the_moe_kernel(changes: dict[str, str], kernel: str) -> None:
+@pytest.mark.parametrize(("changes", "kernel", "ep"), FLAGGED)
+def test_launch_script_flags_pick_the_moe_kernel_and_ep(
+    changes: dict[str, str], kernel: str, ep: int
+) -> None:
     point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
     assert isinstance(point, s.SiliconPoint), point
     assert point.moe_kernel == kernel
-    assert s.scenario_of(point).serving.moe_kernel == kernel
+    serving = s.scenario_of(point).serving
+    assert serving.moe_kernel == kernel
+    assert (serving.ep, serving.dp) == (ep, 1)
+    assert point.ep == 1  # the CSV's layout stays the point's
