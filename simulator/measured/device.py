@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,6 +41,9 @@ from simulator.specs.hardware import HardwareProfile
 
 Array = NDArray[np.float64]
 MLA_CORE_FLOOR = 0.05  # the attention core is at least this share of its module's time
+# built tables kept per device in the cache (code, package and data versions each make one)
+KEEP_BUILT = 3
+_KEY = re.compile(r"[0-9a-f]{24}")
 
 
 @dataclass
@@ -237,6 +242,7 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
         with path.open("rb") as fh:
             cached = pickle.load(fh)
         if isinstance(cached, DeviceTables):
+            _touch(path)
             return cached
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
         pass
@@ -247,6 +253,7 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
         device, models, f"measured: {system}", used, frames.dropped, source.package_version
     )
     _write_whole(path, pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
+    prune_cache(profile.name)
     return tables
 
 
@@ -254,6 +261,29 @@ def cache_dir() -> Path:
     """Where built tables are kept: ``$PLAN_CACHE_DIR`` or ``~/.cache/hybrid-capacity-planner``."""
     root = os.environ.get("PLAN_CACHE_DIR") or Path.home() / ".cache" / "hybrid-capacity-planner"
     return Path(root) / "measured"
+
+
+def prune_cache(device: str, keep: int = KEEP_BUILT) -> list[Path]:
+    """Delete all but the ``keep`` most recently used built tables of ``device`` (each code,
+    package or data version makes its own file, ~5-10 MB); the deleted paths. A file another
+    process is reading stays readable to it (POSIX unlink)."""
+    try:
+        files = [(f.stat().st_mtime_ns, f) for f in cache_dir().glob(f"{device}-*.pickle")]
+    except OSError:
+        return []
+    # only this device's: "h100-<24 hex>", not another device named "h100-nvl-..."
+    files = [(t, f) for t, f in files if _KEY.fullmatch(f.stem[len(device) + 1 :])]
+    stale = [f for _, f in sorted(files, reverse=True)[keep:]]
+    for f in stale:
+        with contextlib.suppress(OSError):
+            f.unlink()
+    return stale
+
+
+def _touch(path: Path) -> None:
+    """Mark a built table as used now (``prune_cache`` keeps the most recently used)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def _write_whole(path: Path, data: bytes) -> None:

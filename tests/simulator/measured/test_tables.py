@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -209,3 +210,45 @@ def test_a_bad_table_stops_a_command_with_exit_2(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0] == f"error: {target}: column step: missing (the planner reads it)"
+
+
+def test_the_cache_keeps_the_most_recently_used_built_tables_per_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every code, package or data version builds its own file; only the newest few of a
+    device stay, whatever other devices (or a device whose name extends this one) hold."""
+    from simulator.measured import device
+
+    monkeypatch.setenv("PLAN_CACHE_DIR", str(tmp_path))
+    root = device.cache_dir()
+    root.mkdir(parents=True)
+    names = [f"h100-{i:024x}.pickle" for i in range(6)]
+    names += [f"h100-nvl-{0:024x}.pickle", f"h200-{0:024x}.pickle", "h100-notes.pickle"]
+    for i, name in enumerate(names):
+        (root / name).write_bytes(b"x")
+        os.utime(root / name, ns=(i * 10**9, i * 10**9))
+    os.utime(root / names[0], ns=(100 * 10**9, 100 * 10**9))  # the oldest, read again now
+    stale = device.prune_cache("h100", keep=3)
+    kept = sorted(p.name for p in root.iterdir())
+    assert sorted(p.name for p in stale) == sorted(names[1:4])
+    assert kept == sorted([names[0], *names[4:]])
+
+
+def test_a_build_prunes_older_builds_and_a_read_marks_its_file_used(fixture_tables: Path) -> None:
+    from simulator.measured import device
+
+    root = device.cache_dir()
+    root.mkdir(parents=True)
+    old = [root / f"h200-{i:024x}.pickle" for i in range(5)]
+    for p in old:
+        p.write_bytes(b"stale")
+        os.utime(p, ns=(10**9, 10**9))
+    profile = catalog.hardware_profile("h200")
+    assert tables_for(profile) is not None  # built: the fixture has no cached build yet
+    built = [p for p in root.glob("h200-*.pickle") if p not in old]
+    assert len(built) == 1
+    assert len(list(root.glob("h200-*.pickle"))) == device.KEEP_BUILT
+    os.utime(built[0], ns=(10**9, 10**9))
+    device.reset()
+    assert tables_for(profile) is not None  # read back from the cache
+    assert built[0].stat().st_mtime_ns > 10**9
