@@ -72,37 +72,36 @@ class _Counts:
         )
 
     def minus(self, other: _Counts) -> _Counts:
-        """The difference, without the entries it leaves at zero (``add_to`` skips them: a
-        template keeps only what it changes)."""
-        q, e = Counter(self.queries), Counter(self.extrapolations)
-        q.subtract(other.queries)
-        e.subtract(other.extrapolations)
-        src = {k: v - other.by_source.get(k, 0.0) for k, v in self.by_source.items()}
-        curves = {k: (c, -n, -o) for k, (c, n, o) in other.curves.items()}
+        """The difference of a later snapshot and an earlier one of the same curves, without
+        the entries it leaves at zero (a template keeps only what it changes). The counts
+        only grow, so every key of ``other`` is one of ``self``."""
+        oq, oe, osrc, ocurves = other.queries, other.extrapolations, other.by_source, other.curves
+        curves = {}
         for k, (c, n, o) in self.curves.items():
-            _, n0, o0 = curves.get(k, (c, 0, 0))
-            curves[k] = (c, n + n0, o + o0)
+            _, n0, o0 = ocurves.get(k, (c, 0, 0))
+            if n != n0 or o != o0:
+                curves[k] = (c, n - n0, o - o0)
         return _Counts(
-            Counter({k: v for k, v in q.items() if v}),
-            Counter({k: v for k, v in e.items() if v}),
-            {k: v for k, v in src.items() if v},
-            {k: (c, n, o) for k, (c, n, o) in curves.items() if n or o},
+            Counter({k: d for k, v in self.queries.items() if (d := v - oq.get(k, 0))}),
+            Counter({k: d for k, v in self.extrapolations.items() if (d := v - oe.get(k, 0))}),
+            {k: ds for k, v in self.by_source.items() if (ds := v - osrc.get(k, 0.0))},
+            curves,
         )
 
-    def add_to(self, model: StepCostModel, sign: int = 1) -> None:
+    def add_to(self, model: StepCostModel) -> None:
+        """Add these counts to the model's latency models and curves (``minus`` left out
+        the zeros)."""
         lat = model.latency
+        q, e, src = lat.queries, lat.extrapolations, lat.seconds_by_source
         for k, v in self.queries.items():
-            if v:
-                lat.queries[k] += sign * v
+            q[k] += v
         for k, v in self.extrapolations.items():
-            if v:
-                lat.extrapolations[k] += sign * v
-        for src, secs in self.by_source.items():
-            if secs:
-                lat.seconds_by_source[src] += sign * secs
+            e[k] += v
+        for k, secs in self.by_source.items():
+            src[k] += secs
         for c, n, o in self.curves.values():
-            c.queries += sign * n
-            c.outside += sign * o
+            c.queries += n
+            c.outside += o
 
 
 @dataclass(slots=True)

@@ -243,6 +243,11 @@ class Curve:
     them scales the nearest one by the baseline's ratio.
     """
 
+    __slots__ = (
+        "_t1", "_t2", "family", "fdict", "fixed", "free", "last_outside", "logs", "model",
+        "outside", "queries", "status", "table", "values",
+    )  # fmt: skip
+
     def __init__(
         self,
         model: KindModel,
@@ -256,7 +261,7 @@ class Curve:
         self.fixed = {a: float(v) for a, v in fixed.items()}
         grid_values = model.axis_values(family)
         self.values = [grid_values[spec.axes.index(a)] for a in self.free]
-        self.logs = [list(np.log(v)) for v in self.values]
+        self.logs = [np.log(v).tolist() for v in self.values]  # Python floats: faster sums
         mesh = np.meshgrid(*self.values, indexing="ij")
         pts = self._points([m.ravel() for m in mesh])
         log_t, status = model.log_seconds(family, pts)
@@ -267,6 +272,11 @@ class Curve:
         self.last_outside = False
         # the 1-D fast path (GEMMs, MoE, collectives: most lines of a step)
         self._t1 = [float(v) for v in self.table] if self.table.ndim == 1 else []
+        # the 2-D one (MLA decode over batch x context, KDA prefill over batch x length: a
+        # query every step), where both axes have two or more points; Python floats, whose
+        # products are the numpy scalars' (IEEE binary64 either way)
+        t2 = self.table.tolist() if self.table.ndim == 2 else []
+        self._t2: list[list[float]] = t2 if len(t2) > 1 and len(t2[0]) > 1 else []
 
     def _points(self, free_values: Sequence[Array]) -> Array:
         spec = self.model.spec
@@ -289,6 +299,23 @@ class Curve:
                 i = min(bisect.bisect_right(logs, lx) - 1, len(logs) - 2)
                 t0, t1 = self._t1[i], self._t1[i + 1]
                 return math.exp(t0 + (t1 - t0) * (lx - logs[i]) / (logs[i + 1] - logs[i]))
+        elif self._t2:
+            la, lb = self.logs
+            a, b = x
+            xa = math.log(a) if a > 0 else -math.inf
+            xb = math.log(b) if b > 0 else -math.inf
+            if la[0] <= xa <= la[-1] and lb[0] <= xb <= lb[-1]:  # inside: ``_seconds``' sums
+                self.queries += 1
+                self.last_outside = False
+                i = min(bisect.bisect_right(la, xa) - 1, len(la) - 2)
+                j = min(bisect.bisect_right(lb, xb) - 1, len(lb) - 2)
+                u = (xa - la[i]) / (la[i + 1] - la[i])
+                w = (xb - lb[j]) / (lb[j + 1] - lb[j])
+                r0, r1 = self._t2[i], self._t2[i + 1]
+                val = (1 - u) * ((1 - w) * r0[j] + w * r0[j + 1]) + u * (
+                    (1 - w) * r1[j] + w * r1[j + 1]
+                )
+                return math.exp(val)
         return self._seconds(*x)
 
     def _seconds(self, *x: float) -> float:

@@ -252,3 +252,34 @@ def test_a_build_prunes_older_builds_and_a_read_marks_its_file_used(fixture_tabl
     device.reset()
     assert tables_for(profile) is not None  # read back from the cache
     assert built[0].stat().st_mtime_ns > 10**9
+
+
+def test_the_2d_curve_fast_path_gives_the_general_paths_floats_and_counts(
+    fixture_tables: Path,
+) -> None:
+    """``Curve.seconds``' 2-D fast path (a query inside the grid: MLA decode, KDA prefill,
+    attention, every step) returns bit for bit what ``Curve._seconds`` (the general path)
+    returns, and counts the same; outside the grid both go the general way."""
+    from simulator.measured.lookup import Curve
+
+    t = tables_for(catalog.hardware_profile("h200"))
+    assert t is not None
+    model = t.models["attn_decode"]
+    curve = Curve(model, next(iter(model.grids)), {}, ("batch", "ctx_len"))
+    assert curve._t2
+    rng = np.random.default_rng(3)
+    (lo_a, *_, hi_a), (lo_b, *_, hi_b) = np.log(curve.values[0]), np.log(curve.values[1])
+    for _ in range(500):
+        # mostly inside, some outside (below and above), some on grid points
+        x = [float(np.exp(rng.uniform(lo_a - 0.3, hi_a + 0.3))),
+             float(np.exp(rng.uniform(lo_b - 0.3, hi_b + 0.3)))]  # fmt: skip
+        if rng.random() < 0.1:
+            x = [float(rng.choice(v)) for v in curve.values]
+        queries, outside = curve.queries, curve.outside
+        fast = curve.seconds(*x)
+        fast_out = curve.last_outside
+        assert fast == curve._seconds(*x)
+        assert fast_out == curve.last_outside
+        assert curve.queries == queries + 2
+        assert curve.outside == outside + 2 * fast_out
+    assert 0 < curve.outside < curve.queries  # both kinds of query were asked
