@@ -14,6 +14,7 @@ from simulator.cost.latency import LatencyModels
 from simulator.cost.shapes import CATEGORIES
 from simulator.cost.step import StepCostModel
 from simulator.engine import Engine, ReplicaParts
+from simulator.gc_pause import full_collections_paused
 from simulator.measured.summary import describe
 from simulator.memory import (
     MemoryReport,
@@ -329,8 +330,11 @@ def simulate(
     replay.on_reject = lambda request, t, reason: engine.recorder.on_done(
         ReqState(request, (), t, status=Status.REJECTED, finish_s=t, reject_reason=reason)
     )
-    recorder = engine.run()
-    summary = summarize(recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools)
+    with full_collections_paused():  # the run and its summary walk every record: gc_pause.py
+        recorder = engine.run()
+        summary = summarize(
+            recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools
+        )
     wall_s = time.perf_counter() - start
     return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency))
 
