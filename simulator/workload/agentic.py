@@ -32,7 +32,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.specs.loading import SpecError
-from simulator.workload.request import Session, SubagentGroup, Turn, chain, content_keys, scope_key
+from simulator.workload.request import (
+    EMPTY_IDS,
+    BlockIds,
+    Session,
+    SubagentGroup,
+    Turn,
+    chain_extend,
+    content_keys,
+    scope_key,
+)
 from simulator.workload.source import BadRecords, lines, open_text
 
 BLOCK_TOKENS = 64
@@ -167,9 +176,37 @@ def _sub_start(sub: _Sub) -> float:
     return max(0.0, sub.end_s - (last[-1].t_s + last[-1].api_time_s if last else 0.0))
 
 
+class _Chain:
+    """Chain ids of one (sub-)session's turns, each extending the previous turn's: a turn's
+    prompt mostly starts with the previous one's blocks, and the ids of a common prefix are
+    the same numbers (``chain_extend`` of the rest from the prefix's running sum is exact in
+    uint64 arithmetic), so only the new blocks are mixed."""
+
+    __slots__ = ("ids", "local", "scope", "sums")
+
+    def __init__(self, scope: int) -> None:
+        self.scope = scope
+        self.local: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.ids: BlockIds = EMPTY_IDS
+        self.sums: BlockIds = EMPTY_IDS
+
+    def of(self, local: NDArray[np.int64]) -> BlockIds:
+        m = min(len(local), len(self.local))
+        differ = np.flatnonzero(local[:m] != self.local[:m])
+        p = int(differ[0]) if len(differ) else m  # blocks in common with the previous turn
+        prev = int(self.sums[p - 1]) if p else 0
+        new_ids, new_sums = chain_extend(content_keys(self.scope, local[p:]), p, prev)
+        ids = np.concatenate([self.ids[:p], new_ids]) if len(new_ids) else self.ids[:p]
+        ids.flags.writeable = False
+        self.local, self.ids = local, ids
+        self.sums = np.concatenate([self.sums[:p], new_sums]) if len(new_sums) else self.sums[:p]
+        return ids
+
+
 def _items(
     entries: tuple[_Req | _Sub, ...], scope: int, block: int, key: str, first_think_s: float
 ) -> Iterator[Turn | SubagentGroup]:
+    ids_of = _Chain(scope)
     prev_end = 0.0  # when the previous parent request finished (trace time)
     group_end: float | None = None
     i = 0
@@ -200,7 +237,7 @@ def _items(
         yield Turn(
             prompt_tokens=e.prompt_tokens,
             output_tokens=e.output_tokens,
-            block_hashes=chain(content_keys(scope, ids)),
+            block_hashes=ids_of.of(ids),
             block_tokens=block,
             think_time_s=think,
             offset_s=e.t_s,

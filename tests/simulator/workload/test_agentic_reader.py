@@ -12,8 +12,8 @@ import pytest
 
 from simulator.specs.loading import SpecError
 from simulator.workload import trace_source
-from simulator.workload.agentic import expand_runs
-from simulator.workload.request import SubagentGroup, Turn
+from simulator.workload.agentic import expand_runs, parse_trace
+from simulator.workload.request import SubagentGroup, Turn, chain, content_keys, scope_key
 
 
 def items(path: Path, **kw: Any) -> list[list[Turn | SubagentGroup]]:
@@ -23,6 +23,32 @@ def items(path: Path, **kw: Any) -> list[list[Turn | SubagentGroup]]:
 def test_expand_runs() -> None:
     runs = np.array([[1, 3], [7, 7], [5, 6]], dtype=np.int64)
     assert expand_runs(runs).tolist() == [1, 2, 3, 7, 5, 6]
+
+
+def test_each_turns_ids_are_a_fresh_chain_of_its_blocks() -> None:
+    """Turns extend the previous turn's chain ids; they must equal the ids made from scratch
+    whatever the overlap: a longer prompt, one that diverges inside, a shorter one, the same
+    one, one with nothing in common, a partial last block (given or not), a repeat after a
+    divergence."""
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 10**6, 400).tolist()
+    prompts = [
+        base[:100], base[:250], [*base[:120], 5, 6, 7, *base[123:300]], base[:50],
+        base[:50], [1, 2, 3], [], base[:300], [*base[:120], 5, 6, 7],
+    ]  # fmt: skip
+    requests = [
+        {"t": float(i), "in": max(1, 64 * len(ids) + (i % 3 - 1) * 10), "out": 1, "hash_ids": ids}
+        for i, ids in enumerate(prompts)
+    ]
+    turns = list(parse_trace({"id": "s", "requests": requests}, "s").items)
+    scope = scope_key("agentic", "s")
+    assert len(turns) == len(prompts)
+    for turn, ids in zip(turns, prompts, strict=True):
+        assert isinstance(turn, Turn)
+        full = ids[: turn.prompt_tokens // 64]  # a partial last block's id is not used
+        fresh = chain(content_keys(scope, np.array(full, dtype=np.int64)))
+        assert turn.block_hashes.tolist() == fresh.tolist()
+        assert not turn.block_hashes.flags.writeable
 
 
 def test_session_structure_and_times(weka_file: Path) -> None:
