@@ -31,6 +31,26 @@ TRACE = (
 )
 
 
+def agentic_scenario(
+    trace: Path, dcp: int = 8, users: int = 64, disaggregation: dict[str, object] | None = None
+) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "bench-agentic-710",
+            "model": "kimi-k3",
+            "device": "mi355x",
+            "serving": {"tp": 8, "dcp": dcp},
+            "workload": {
+                "kind": "trace",
+                "path": str(trace),
+                "format": "agentic",
+                "concurrency": users,
+            },
+            "disaggregation": disaggregation,
+        }
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=TRACE)
@@ -52,21 +72,7 @@ def main() -> None:
         }
     if not args.trace.exists():
         raise SystemExit(f"trace not found: {args.trace} (clone beside ../shared or pass --trace)")
-    scenario = Scenario.model_validate(
-        {
-            "name": "bench-agentic-710",
-            "model": "kimi-k3",
-            "device": "mi355x",
-            "serving": {"tp": 8, "dcp": args.dcp},
-            "workload": {
-                "kind": "trace",
-                "path": str(args.trace),
-                "format": "agentic",
-                "concurrency": args.users,
-            },
-            "disaggregation": disaggregation,
-        }
-    )
+    scenario = agentic_scenario(args.trace, args.dcp, args.users, disaggregation)
     walls, result = [], None
     for _ in range(args.repeats):
         result = simulate(scenario)
