@@ -33,12 +33,11 @@ from numpy.typing import NDArray
 
 from simulator.specs.loading import SpecError
 from simulator.workload.request import (
-    EMPTY_IDS,
     BlockIds,
+    ChainedIds,
     Session,
     SubagentGroup,
     Turn,
-    chain_extend,
     content_keys,
     scope_key,
 )
@@ -178,29 +177,23 @@ def _sub_start(sub: _Sub) -> float:
 
 class _Chain:
     """Chain ids of one (sub-)session's turns, each extending the previous turn's: a turn's
-    prompt mostly starts with the previous one's blocks, and the ids of a common prefix are
-    the same numbers (``chain_extend`` of the rest from the prefix's running sum is exact in
-    uint64 arithmetic), so only the new blocks are mixed."""
+    prompt mostly starts with the previous one's blocks, so only the rest is mixed."""
 
-    __slots__ = ("ids", "local", "scope", "sums")
+    __slots__ = ("chain", "local", "scope")
 
     def __init__(self, scope: int) -> None:
         self.scope = scope
         self.local: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self.ids: BlockIds = EMPTY_IDS
-        self.sums: BlockIds = EMPTY_IDS
+        self.chain = ChainedIds()
 
     def of(self, local: NDArray[np.int64]) -> BlockIds:
         m = min(len(local), len(self.local))
         differ = np.flatnonzero(local[:m] != self.local[:m])
         p = int(differ[0]) if len(differ) else m  # blocks in common with the previous turn
-        prev = int(self.sums[p - 1]) if p else 0
-        new_ids, new_sums = chain_extend(content_keys(self.scope, local[p:]), p, prev)
-        ids = np.concatenate([self.ids[:p], new_ids]) if len(new_ids) else self.ids[:p]
-        ids.flags.writeable = False
-        self.local, self.ids = local, ids
-        self.sums = np.concatenate([self.sums[:p], new_sums]) if len(new_sums) else self.sums[:p]
-        return ids
+        self.chain.cut(p)
+        self.chain.extend(content_keys(self.scope, local[p:]))
+        self.local = local
+        return self.chain.ids
 
 
 def _items(

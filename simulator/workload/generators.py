@@ -39,9 +39,9 @@ from simulator.workload.fitted import AgenticParams, ChatParams
 from simulator.workload.request import (
     EMPTY_IDS,
     BlockIds,
+    ChainedIds,
     Session,
     Turn,
-    chain_extend,
     content_keys,
     scope_key,
 )
@@ -61,14 +61,13 @@ class _Context:
         self.shared_blocks = shared_blocks
         self.segments: list[tuple[int, int]] = [(0, 0)]
         self.version = 0
-        self._ids: BlockIds = EMPTY_IDS
-        self._sums: BlockIds = EMPTY_IDS
+        self._chain = ChainedIds()
 
     def rewrite_from(self, block: int) -> None:
         """Blocks from ``block`` on get new content (earlier segments are kept)."""
         self.version += 1
         self.segments = [s for s in self.segments if s[0] < block] + [(block, self.version)]
-        self._ids, self._sums = self._ids[:block], self._sums[:block]
+        self._chain.cut(block)
 
     def _keys(self, start: int, end: int) -> BlockIds:
         parts = []
@@ -85,14 +84,10 @@ class _Context:
         return keys
 
     def ids(self, n_blocks: int) -> BlockIds:
-        have = len(self._ids)
+        have = len(self._chain.ids)
         if n_blocks > have:
-            prev = int(self._sums[-1]) if have else 0
-            new_ids, new_sums = chain_extend(self._keys(have, n_blocks), have, prev)
-            self._ids = np.concatenate([self._ids, new_ids])
-            self._sums = np.concatenate([self._sums, new_sums])
-            self._ids.flags.writeable = False
-        return self._ids[:n_blocks]
+            self._chain.extend(self._keys(have, n_blocks))
+        return self._chain.ids[:n_blocks]
 
 
 def _correlated_uniforms(rng: np.random.Generator, rho: tuple[float, float, float]) -> Any:

@@ -102,6 +102,30 @@ def chain_extend(keys: BlockIds, start: int, prev_sum: int) -> tuple[BlockIds, B
     return out, sums
 
 
+class ChainedIds:
+    """A prompt's chain ids kept with their running sums, so a later prompt that shares a
+    prefix with it mixes only its own blocks: ``cut`` back to the common prefix, ``extend``
+    by the rest's content keys (exact: the ids of a prefix do not depend on what follows)."""
+
+    __slots__ = ("ids", "sums")
+
+    def __init__(self) -> None:
+        self.ids: BlockIds = EMPTY_IDS  # read-only
+        self.sums: BlockIds = EMPTY_IDS
+
+    def cut(self, n_blocks: int) -> None:
+        self.ids, self.sums = self.ids[:n_blocks], self.sums[:n_blocks]
+
+    def extend(self, keys: BlockIds) -> None:
+        if len(keys) == 0:
+            return
+        have = len(self.ids)
+        new_ids, new_sums = chain_extend(keys, have, int(self.sums[-1]) if have else 0)
+        self.ids = np.concatenate([self.ids, new_ids])
+        self.ids.flags.writeable = False
+        self.sums = np.concatenate([self.sums, new_sums])
+
+
 def reblock(
     block_hashes: BlockIds | Sequence[int],
     src_block_tokens: int,
