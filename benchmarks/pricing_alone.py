@@ -15,8 +15,8 @@ speed and for exactness in one go (run each, alternating, on the same capture; a
 holds the model as pickled by the code that made it, so take a new one when the model's
 fields change).
 
-Run:  .venv/bin/python benchmarks/pricing_alone.py --capture [--out /tmp/pricing.pkl]
-      .venv/bin/python benchmarks/pricing_alone.py [--out /tmp/pricing.pkl] [--repeats 3]
+Run:  .venv/bin/python benchmarks/pricing_alone.py --capture [--out /tmp/pricing-alone.pkl]
+      .venv/bin/python benchmarks/pricing_alone.py [--out /tmp/pricing-alone.pkl] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ def measure(out: Path, repeats: int) -> None:
     firsts, hits, digests, misses = [], [], set(), 0
     for _ in range(repeats):
         clear_shared_templates()
-        for tally in (model.latency.queries, model.latency.extrapolations):
+        lat = model.latency
+        for tally in (lat.queries, lat.extrapolations, lat.seconds_by_source):
             tally.clear()
-        model.latency.seconds_by_source.clear()
         model.pricer = CompiledPricer(model)
         t0 = time.perf_counter()
         first = [model.price(s) for s in shapes]
@@ -87,7 +87,6 @@ def measure(out: Path, repeats: int) -> None:
         for c in first + again:
             h.update(struct.pack("ddd", c.seconds, c.gpu_s, c.cpu_s))
             h.update(struct.pack(f"{len(c.breakdown_s)}d", *c.breakdown_s.values()))
-        lat = model.latency
         for tally in (lat.queries, lat.extrapolations, lat.seconds_by_source):
             h.update(repr(sorted(tally.items())).encode())
         digests.add(h.hexdigest()[:16])

@@ -33,7 +33,6 @@ from simulator.cache.transfer import Nics
 from simulator.cost.shapes import StepShape
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec, PrefillDecode
-from simulator.gc_pause import full_collections_paused
 from simulator.metrics import HitRecord, OpenStep, Recorder, StepRecord
 from simulator.scheduler import ReqState, Scheduler, StepPlan
 from simulator.workload.replay import Due, Replay
@@ -527,8 +526,7 @@ class Engine:
     def run(self) -> Recorder:
         self._schedule(self.replay.initial())
         self.env.process(self._open_arrivals())
-        with full_collections_paused():  # simulator/gc_pause.py: exact, ~8 % of a long run
-            self.env.run(until=self.duration_s)
+        self.env.run(until=self.duration_s)
         self._record_end()
         return self.recorder
 
