@@ -213,6 +213,7 @@ PRESENTATION = (
     "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
     "validation/silicon_report.py",  # which points and seeds run: in each scenario's hash
     "validation/silicon_flags.py",  # the MoE kernel of a point: in its scenario's serving
+    "validation/silicon_serve.py",  # a point's engine knobs: in its scenario's serving
 )  # fmt: skip
 
 

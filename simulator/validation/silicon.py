@@ -41,7 +41,7 @@ from typing import Any
 from simulator import catalog
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModuleGroup
-from simulator.specs.precision import WeightPrecision
+from simulator.specs.precision import KvCacheDtype, WeightPrecision
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import MoEKernel, ServingConfig
 from simulator.validation.points import Overrides, Router, benchmark_scenario, read_records
@@ -49,6 +49,7 @@ from simulator.validation.run import err_pct, median_tpot_s, run_cached
 from simulator.validation.run import write_points_csv as write_points_csv  # SiliconResult too
 from simulator.validation.silicon_flags import measured_date, script_flag
 from simulator.validation.silicon_rows import untrusted_layouts
+from simulator.validation.silicon_serve import serve_flags
 
 CSV_NAME = "silicon_sample.csv"
 
@@ -204,6 +205,10 @@ SKIP_DISAGG = (
     " simulates aggregated serving only"
 )
 SKIP_PP = "pp_size {pp} > 1: pipeline parallelism is not modelled"
+SKIP_SCRIPT_WORLD = (
+    "attention_dp_size > 1 where the row's launch script starts tp_size GPUs"
+    " (silicon_serve.py): the layout contradicts the script"
+)
 
 
 def default_data() -> Path:
@@ -264,6 +269,12 @@ class SiliconPoint:
     # the launch script turned on expert parallelism where the CSV says moe_ep_size 1: the
     # run's experts are over all tp x dp GPUs (`ep` stays the CSV's layout)
     expert_parallel: bool = False
+    # engine knobs its launch script set (silicon_serve.py); None / "auto": vLLM's default
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_dtype: KvCacheDtype = "auto"
+    block_size_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
 
     @property
     def router(self) -> Router:
@@ -402,6 +413,7 @@ def map_row(
     tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"))
     measured = measured_date(_cell(rec, "silicon_data_source"))
     flag = script_flag(model_path, system, quant[0], measured)
+    serve = serve_flags(model_path, system, quant[0], measured)
     return SiliconPoint(
         row=row,
         id=_cell(rec, "id"),
@@ -426,6 +438,7 @@ def map_row(
         measured=measured,
         moe_kernel=flag.moe_kernel if flag is not None else "auto",
         expert_parallel=flag is not None and flag.expert_parallel,
+        **(serve.settings(isl, conc) if serve is not None else {}),
     )
 
 
@@ -444,7 +457,15 @@ def load_silicon(path: str | Path) -> LoadedSilicon:
     untrusted = untrusted_layouts(out.points)  # simulator/validation/silicon_rows.py
     out.skipped.update(untrusted.values())
     out.points = [p for p in out.points if p.row not in untrusted]
+    # every launch script of silicon_serve.py starts tp_size GPUs
+    wider = {p.row for p in out.points if p.dp > 1 and serve_flags(*_script_key(p)) is not None}
+    out.skipped[SKIP_SCRIPT_WORLD] += len(wider)
+    out.points = [p for p in out.points if p.row not in wider]
     return out
+
+
+def _script_key(p: SiliconPoint) -> tuple[str, str, str, str | None]:
+    return p.model_path, p.system, p.precision, p.measured
 
 
 def select(
@@ -471,6 +492,11 @@ def select(
 
 
 def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0) -> Scenario:
+    knobs = {
+        name: value
+        for name in ("block_size_tokens", "gpu_memory_utilization")
+        if (value := getattr(point, name)) is not None
+    }
     serving = ServingConfig(
         tp=point.tp,
         dp=point.dp,
@@ -478,6 +504,10 @@ def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0)
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
         moe_kernel=point.moe_kernel,
+        max_num_batched_tokens=point.max_num_batched_tokens,
+        max_num_seqs=point.max_num_seqs,
+        kv_cache_dtype=point.kv_cache_dtype,
+        **knobs,
     )
     return benchmark_scenario(
         f"silicon row {point.row} ({point.id})",

@@ -17,12 +17,14 @@ from simulator.validation.silicon_report import (
     by_system,
     group_error,
 )
+from simulator.validation.silicon_serve import serve_rows
 from simulator.validation.silicon_spread import Spread
 
 FLAG_HEADER = [
     "model_path", "system", "precision", "measured", "moe_kernel", "experts over", "flags",
     "script", "points",
 ]  # fmt: skip
+SERVE_HEADER = ["model_path", "system", "precision", "measured", "flags", "script", "points"]
 HEADER = [
     "model",
     "system",
@@ -250,6 +252,7 @@ def render_markdown(
         replicates=_replicates(report),
         model_table=_md_table(["model_path", "card", "why"], [list(r) for r in MODEL_ROWS]),
         flag_table=_md_table(FLAG_HEADER, flag_rows(r.point for r in results)),
+        serve_table=_md_table(SERVE_HEADER, serve_rows(r.point for r in results)),
         system_table=_md_table(["system", "hardware profile", "points"], system_rows),
         precision_table=_md_table(
             [
@@ -346,10 +349,11 @@ builder, `simulator/validation/points.py: benchmark_scenario`):
 - prompt and output lengths uniform integers in [0.8 x len, len] with len = `isl` / `osl`,
   every request generates its drawn length, no prefix reuse, prefix caching off;
 - serving: `tp`, `dp`, `ep` as below; with `dp` > 1 the requests go to the least-loaded
-  replica (vLLM's DP coordinator balances by queue length); KV cache dtype `auto` (bf16);
-  every other knob at the planner's vLLM defaults (`gpu_memory_utilization` 0.92,
-  `max_num_batched_tokens` and `max_num_seqs` by device memory, block size 16, no
-  speculative decoding);
+  replica (vLLM's DP coordinator balances by queue length); the engine knobs the row's
+  launch script set (below: `max_num_batched_tokens`, `max_num_seqs`, KV cache dtype, block
+  size, `gpu_memory_utilization`); every other knob at the planner's vLLM defaults (KV
+  cache dtype `auto` (bf16), `gpu_memory_utilization` 0.92, `max_num_batched_tokens` and
+  `max_num_seqs` by device memory, block size 16, no speculative decoding);
 - simulated TTFT = mean over requests of (first token - arrival); simulated TPOT = mean
   over requests of (E2E - TTFT) / (output tokens - 1).
 
@@ -407,10 +411,25 @@ date; the scripts are in github.com/SemiAnalysisAI/InferenceX.
 
 {flag_table}
 
-Flags of the same scripts the planner does not apply: `--kv-cache-dtype fp8`, `--max-num-seqs`,
-`--max-num-batched-tokens`, `--max-cudagraph-capture-size`, `--stream-interval`, the
-compilation config (CUDA-graph mode, fusion passes) and FlashInfer all-reduce settings;
-the planner's vLLM defaults stand in (see "Caveats").
+Engine knobs of the same scripts (`simulator/validation/silicon_serve.py`): where the
+revision in effect on a row's `measured=` date set `--max-num-batched-tokens`,
+`--max-num-seqs`, `--kv-cache-dtype`, `--block-size` or `--gpu-memory-utilization`, the row
+runs with it (`$((ISL * 2))`: twice the row's ISL; `$CONC`: its concurrency). A window runs
+from the commit date of the revision that set the flags (inclusive: a config's sweep runs
+the day its change lands) to that of the next revision that changed them. Rows no revision
+on the main history covers keep the defaults: rows without a `measured=` date (every
+Qwen3 and Llama-3.1-8B row, some Kimi-K2.5 rows), Llama-3.3-70B on H100 (its scripts passed
+`--config=config.yaml` as one token, which vLLM 0.10.2 does not read, so which settings
+ran is unknown), and rows dated before their script existed on main (MiniMax-M2.5 FP4 on
+B200 and every model on B300 dated 2026-04-03: runs of pull-request branches).
+
+{serve_table}
+
+Flags of the same scripts the planner does not apply: `--max-cudagraph-capture-size`,
+`--stream-interval` (vLLM sends a request's first token at once whatever the interval,
+`vllm/v1/engine/output_processor.py`), the compilation config (CUDA-graph mode, fusion
+passes), async scheduling on or off, FlashInfer all-reduce settings and `--max-model-len`
+(longer than every request here).
 
 ## Results
 
@@ -479,11 +498,13 @@ caching off, request counts) are listed above.
 - **What TTFT covers**: the client measures from sending the HTTP request to the first
   streamed token: request handling, tokenization of the prompt and the first
   detokenization in the API server come on top of the engine time the simulator models.
-- **Engine versions and flags**: the rows were measured on vLLM 0.11.2 to 0.19 and a
-  nightly (`backend_version`); per-run flags (`max_num_seqs`, `max_num_batched_tokens`,
-  KV cache dtype, CUDA-graph sizes, async scheduling) are not in the CSV; the planner's
-  defaults stand in. An FP8 KV cache (the NVFP4 checkpoints carry KV scales) would double
-  the KV capacity and halve the decode attention bytes.
+- **Engine versions and flags**: the rows were measured on vLLM 0.10.2 to 0.19 and a
+  nightly (`backend_version`, the scripts' images); the engine knobs are read from the
+  launch scripts where a revision covers the row (above), the planner's defaults stand in
+  elsewhere. Same-day ambiguity: where a revision landed on a row's measured date, the
+  row is read as a run of the new revision; an earlier run that day would have had the
+  previous flags (MiniMax-M2.5 FP8 on B200 on 2026-04-03, Kimi-K2.5 FP4 on B200 on
+  2026-04-20). The dates' time zone is not recorded.
 - **Data parallelism**: the `dp` attention replicas are simulated as independent replicas
   behind a least-loaded router; the expert-parallel MoE is priced with every rank holding
   the same batch; vLLM's DP ranks step in lockstep (idle ranks run dummy batches).

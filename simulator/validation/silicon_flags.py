@@ -18,9 +18,8 @@ passes, so those servers ran with ``--enable-expert-parallel`` although the resu
 CSV) is labelled EP 1; the other scripts test ``-gt 1``. Not expressible: gpt-oss on B200 sets
 VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (MXFP8 activations, another format than the card's
 W4A16 experts) and Kimi-K2.5 INT4 on B200 VLLM_USE_FLASHINFER_MOE_INT4=1 (no such rows).
-Other flags are not applied (docs/validation-silicon.md lists them): the KV cache
-dtype, for one, was removed and restored on the very date the Llama rows record
-(2025-10-29), so which way those rows ran is unknown.
+The engine knobs of the same scripts (batched tokens, sequences, KV cache dtype, block
+size, memory fraction) are in ``silicon_serve.py``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -309,7 +310,10 @@ def test_real_file_maps_every_vllm_aggregated_row_or_gives_a_reason() -> None:
     # rows repeating their measurements under the 16-GPU layout (silicon_rows.py)
     assert loaded.skipped[SKIP_ID_LAYOUT] == 40
     assert loaded.skipped[SKIP_TWO_LAYOUTS] == 15
-    assert len(loaded.points) > 1250
+    # MiniMax-M2.5 rows with attention_dp_size 2 or 4 under scripts that start tp_size GPUs
+    assert loaded.skipped[s.SKIP_SCRIPT_WORLD] == 42
+    assert all(p.dp == 1 for p in loaded.points if p.card == "minimax-m2.5")
+    assert len(loaded.points) > 1200
 
 
 def test_nvfp4_mappings_follow_the_checkpoints_ignore_lists() -> None:
@@ -386,3 +390,82 @@ def test_launch_script_flags_pick_the_moe_kernel_and_ep(
     assert serving.moe_kernel == kernel
     assert (serving.ep, serving.dp) == (ep, 1)
     assert point.ep == 1  # the CSV's layout stays the point's
+
+
+# (row changes, the ServingConfig knobs its launch script set): by model, system, precision,
+# date; None = the planner's default
+KIMI_FP4_B200 = {
+    "model_path": "moonshotai/Kimi-K2.5", "system": "b200_sxm", "precision": "fp4",
+    "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "4", "moe_tp_size": "4",
+}  # fmt: skip
+KNOBS = ("max_num_batched_tokens", "max_num_seqs", "kv_cache_dtype", "block_size_tokens",
+         "gpu_memory_utilization")  # fmt: skip
+DEFAULT_KNOBS = (None, None, "auto", 16, 0.92)
+# fmt: off
+SERVED: list[tuple[dict[str, str], tuple[object, ...]]] = [
+    # MiniMax-M2.5 FP8 on B200: block 32 and 0.95 first; the ISL x 2 recipe from 2026-04-03
+    (MINIMAX | _measured("2026-03-11"), (None, None, "auto", 32, 0.95)),
+    (MINIMAX | _measured("2026-04-02"), (None, None, "auto", 32, 0.95)),
+    (MINIMAX | _measured("2026-04-03"), (2048, None, "fp8", 32, 0.90)),  # the day it landed
+    (MINIMAX | {"isl": "8192"} | _measured("2026-04-22"), (16384, None, "fp8", 32, 0.90)),
+    (MINIMAX | _measured("2026-03-10"), DEFAULT_KNOBS),  # before the script existed
+    (MINIMAX | _measured(None), DEFAULT_KNOBS),  # no date
+    # the FP4 script (no --block-size) from 2026-04-08; 2026-04-03 was a branch's run
+    (MINIMAX_FP4 | _measured("2026-04-08"), (2048, None, "fp8", 16, 0.90)),
+    (MINIMAX_FP4 | _measured("2026-04-03"), DEFAULT_KNOBS),
+    # Kimi-K2.5 FP4 on B200: --max-num-seqs $CONC always, the recipe from 2026-04-20
+    (KIMI_FP4_B200 | _measured("2026-03-27"), (None, 8, "auto", 16, 0.90)),
+    (KIMI_FP4_B200 | _measured("2026-04-20"), (2048, 8, "fp8", 16, 0.90)),
+    # the YAML configs of gpt-oss and Llama: 8192 tokens; FP8 KV on B200 from 2025-12-05
+    (GPTOSS_H200 | _measured("2025-11-02"), (8192, 8, "auto", 16, 0.9)),
+    (GPTOSS_H200 | {"system": "b200_sxm"} | _measured("2025-11-02"), (8192, 512, "auto", 16, 0.9)),
+    (GPTOSS_H200 | {"system": "b200_sxm"} | _measured("2026-02-25"), (8192, 512, "fp8", 16, 0.9)),
+    (_measured("2025-10-29") | {"system": "h200_sxm"}, (8192, 8, "fp8", 16, 0.9)),
+    (_measured("2025-10-29"), DEFAULT_KNOBS),  # Llama on H100: its config file was not read
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("changes", "knobs"), SERVED)
+def test_launch_script_engine_knobs_reach_the_scenario(
+    changes: dict[str, str], knobs: tuple[object, ...]
+) -> None:
+    point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
+    assert isinstance(point, s.SiliconPoint), point
+    serving = s.scenario_of(point).serving
+    assert tuple(getattr(serving, k) for k in KNOBS) == knobs
+
+
+def test_serve_flag_windows_do_not_overlap() -> None:
+    from simulator.validation.silicon_serve import SERVE_FLAGS
+
+    by_group: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for f in SERVE_FLAGS:
+        assert f.until is None or f.since < f.until, f
+        key = (f.model_path, f.system, f.precision)
+        by_group.setdefault(key, []).append((f.since, f.until or "9999"))
+    for key, windows in by_group.items():
+        windows.sort()
+        for (_, end), (start, _) in itertools.pairwise(windows):
+            assert end <= start, key
+
+
+def test_serve_flags_text_names_what_it_sets() -> None:
+    from simulator.validation.silicon_serve import SERVE_FLAGS
+
+    for f in SERVE_FLAGS:
+        text, knobs = f.text(), f.settings(1024, 8)
+        assert "--max-num-batched-tokens" in text or "max_num_batched_tokens" not in knobs
+        assert "--kv-cache-dtype" in text or "kv_cache_dtype" not in knobs
+        assert "--block-size" in text or "block_size_tokens" not in knobs
+        assert ("--max-num-seqs" in text) == ("max_num_seqs" in knobs)
+
+
+def test_rows_wider_than_their_launch_script_are_skipped(tmp_path: Path) -> None:
+    dp2 = MINIMAX_FP4 | {"batch_size": "16", "attention_dp_size": "2.0", "moe_tp_size": "1",
+                         "moe_ep_size": "4"}  # fmt: skip
+    when = {"silicon_data_source": "silicon_concurrency=32; measured=2026-04-22T00:00:00.000Z"}
+    rows = [dp2 | when, dp2 | {"silicon_data_source": "silicon_concurrency=32"}, MINIMAX_FP4]
+    loaded = s.load_silicon(write(tmp_path / "s.csv", rows))
+    assert loaded.skipped[s.SKIP_SCRIPT_WORLD] == 1  # the dated one: its script starts TP GPUs
+    assert [(p.row, p.dp) for p in loaded.points] == [(2, 2), (3, 1)]  # no date: no script
