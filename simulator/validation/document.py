@@ -269,8 +269,15 @@ Each point is a `random` workload scenario, InferenceMAX's benchmark client:
   seed {seed};
 - serving: `tp` = the point's TP, `ep = 1` (experts TP-sharded; no expert parallelism),
   `dp = 1`, prefix caching off (InferenceMAX ran `--no-enable-prefix-caching` /
-  `--disable-radix-cache`), KV cache dtype `auto` (the model dtype, BF16), every other knob
-  at the planner's vLLM defaults (`gpu_memory_utilization` 0.92, `max_num_batched_tokens`
+  `--disable-radix-cache`); on the NVIDIA vLLM points the engine knobs the InferenceX
+  launch scripts in effect when the dashboard was scraped set (`simulator/validation/
+  silicon_serve.py`, read as of 2025-10-23; unchanged from 2025-09-27 to 2025-10-29):
+  `--max-num-batched-tokens 8192`, `--gpu-memory-utilization 0.9`, `--max-num-seqs` 512
+  (B200) or `$CONC`, `--kv-cache-dtype fp8` for Llama-3.3-70B on B200 and H200; Llama on
+  H100 and every AMD or SGLang point keep the planner's defaults (Llama's H100 scripts
+  passed `--config=config.yaml` as one token, which vLLM 0.10.2 does not read; the AMD
+  scripts were not read); every other knob at the planner's vLLM defaults (KV cache dtype
+  `auto`, the model dtype BF16, `gpu_memory_utilization` 0.92, `max_num_batched_tokens`
   and `max_num_seqs` by device memory, block size 16);
 - metrics as InferenceMAX defines them: throughput per GPU = (input + output tokens of all
   requests) / benchmark duration / GPUs (the simulator's summary with no warm-up and the
@@ -359,8 +366,8 @@ Plausible causes of the remaining errors, none corrected here:
 - **Engine and version**: DeepSeek points are SGLang measurements; the vLLM images the
   Llama / gpt-oss runs used (Oct 2025) differ from the vLLM 0.24 the tables were measured
   with and from the rules the planner follows (`../shared/reference/vllm_mechanics.md`):
-  scheduler defaults, CUDA-graph sizes, `max_num_batched_tokens` 8,192 in several NVIDIA
-  launch scripts vs the planner's device default, `--max-num-seqs $CONC`.
+  scheduler defaults, CUDA-graph sizes and compilation passes (not applied; the engine
+  knobs the scripts set are).
 - **Host costs**: the CPU step costs and output delay are assumptions; a per-request
   front-end cost (HTTP, tokenisation) is not modelled (TTFT at low concurrency is ~50-100 ms
   low against the silicon points, docs/validation-silicon.md).

@@ -43,6 +43,15 @@ MODELS: dict[str, str] = {
     "gpt-oss 120B": "gpt-oss-120b",
 }
 
+# dashboard model name -> the model_path the launch-script windows name (silicon_serve.py)
+SCRIPT_MODELS: dict[str, str] = {
+    "Llama 3.3 70B Instruct": "meta-llama/Llama-3.1-70B",
+    "gpt-oss 120B": "openai/gpt-oss-120b",
+}
+# the runs behind the dashboard: the scripts in effect when it was scraped (2025-10-23..25;
+# the vLLM knobs of these scripts did not change from 2025-09-27 to 2025-10-29)
+DASHBOARD_RUNS = "2025-10-23"
+
 # dashboard hwKey -> hardware profile
 DEVICES: dict[str, str] = {
     "b200": "b200",
@@ -332,12 +341,24 @@ def benchmark_scenario(
     )
 
 
+def script_knobs(point: Point) -> dict[str, Any]:
+    """The engine knobs the point's InferenceX launch script set (none where unknown)."""
+    from simulator.validation.silicon_serve import serve_flags
+
+    model_path = SCRIPT_MODELS.get(point.model_name)
+    if model_path is None or point.hw_key in AMD_DEVICES:
+        return {}
+    flags = serve_flags(model_path, f"{point.hw_key}_sxm", point.precision, DASHBOARD_RUNS)
+    return flags.settings(point.isl, point.conc) if flags is not None else {}
+
+
 def scenario_for(point: Point, requests_per_conc: int = 10, seed: int = 0) -> Scenario:
     serving = ServingConfig(
         tp=point.tp,
         ep=1,
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
+        **script_knobs(point),
     )
     return benchmark_scenario(
         f"inferencemax row {point.row}",

@@ -127,6 +127,14 @@ def test_rows_map_or_are_skipped_with_a_reason(tmp_path: Path) -> None:
         8, 1, 1, False, "auto",
     )  # fmt: skip
     assert (sc.warmup_s, sc.duration_s, sc.seed) == (0.0, None, 3)
+    # Llama on H100: its launch scripts' config file was not read (silicon_serve.py): defaults
+    assert (s.max_num_batched_tokens, s.max_num_seqs, s.gpu_memory_utilization) == (
+        None, None, 0.92,
+    )  # fmt: skip
+    oss_serving = scenario_for(oss).serving  # gpt-oss on B200: the script's config.yaml
+    assert (oss_serving.max_num_batched_tokens, oss_serving.max_num_seqs) == (8192, 512)
+    assert (oss_serving.kv_cache_dtype, oss_serving.gpu_memory_utilization) == ("auto", 0.9)
+    assert scenario_for(ds).serving.max_num_batched_tokens is None  # SGLang on AMD: no script
 
 
 @pytest.mark.parametrize(
