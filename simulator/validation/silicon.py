@@ -459,7 +459,8 @@ def load_silicon(path: str | Path) -> LoadedSilicon:
     out.points = [p for p in out.points if p.row not in untrusted]
     # every launch script of silicon_serve.py starts tp_size GPUs
     wider = {p.row for p in out.points if p.dp > 1 and serve_flags(*_script_key(p)) is not None}
-    out.skipped[SKIP_SCRIPT_WORLD] += len(wider)
+    if wider:
+        out.skipped[SKIP_SCRIPT_WORLD] += len(wider)
     out.points = [p for p in out.points if p.row not in wider]
     return out
 
