@@ -25,9 +25,10 @@ size, memory fraction) are in ``silicon_serve.py``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from simulator.specs.serving import MoEKernel
 
@@ -102,13 +103,33 @@ def measured_date(data_source: str) -> str | None:
     return found.group(1) if found else None
 
 
-def script_flag(
-    model_path: str, system: str, precision: str, measured: str | None
-) -> ScriptFlag | None:
-    """The launch-script flag in effect for a row, if any (a row without a date gets none)."""
+class Windowed(Protocol):
+    """A launch-script setting and the rows it applies to: model, system, precision, and a
+    window of ``measured=`` dates."""
+
+    @property
+    def model_path(self) -> str: ...
+    @property
+    def system(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def since(self) -> str: ...
+    @property
+    def until(self) -> str | None: ...
+
+
+W = TypeVar("W", bound=Windowed)
+
+
+def in_window(
+    records: Iterable[W], model_path: str, system: str, precision: str, measured: str | None
+) -> W | None:
+    """The record whose model, system, precision and date window hold the row (a row with no
+    date gets none)."""
     if measured is None:
         return None
-    for f in SCRIPT_FLAGS:
+    for f in records:
         if (f.model_path, f.system, f.precision) != (model_path, system, precision):
             continue
         if f.since <= measured and (f.until is None or measured < f.until):
@@ -116,15 +137,31 @@ def script_flag(
     return None
 
 
+def window_text(f: Windowed) -> str:
+    return f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
+
+
+def applied(
+    records: Sequence[W],
+    lookup: Callable[[str, str, str, str | None], W | None],
+    points: Iterable[Any],
+) -> list[tuple[W, int]]:
+    """Every record with the number of points it applies to."""
+    hits = Counter(id(lookup(p.model_path, p.system, p.precision, p.measured)) for p in points)
+    return [(f, hits[id(f)]) for f in records]
+
+
+def script_flag(
+    model_path: str, system: str, precision: str, measured: str | None
+) -> ScriptFlag | None:
+    """The launch-script flag in effect for a row, if any (a row without a date gets none)."""
+    return in_window(SCRIPT_FLAGS, model_path, system, precision, measured)
+
+
 def flag_rows(points: Iterable[Any]) -> list[list[str]]:
     """The document's table: every flag with the simulated points it applied to."""
-    pts = list(points)
-    out = []
-    for f in SCRIPT_FLAGS:
-        n = sum(1 for p in pts if script_flag(p.model_path, p.system, p.precision, p.measured) is f)
-        window = f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
-        out.append(
-            [f"`{f.model_path}`", f"`{f.system}`", f.precision, window, f"`{f.moe_kernel}`",
-             "tp x dp" if f.expert_parallel else "as the CSV", f"`{f.flags}`", f.script, str(n)]
-        )  # fmt: skip
-    return out
+    return [
+        [f"`{f.model_path}`", f"`{f.system}`", f.precision, window_text(f), f"`{f.moe_kernel}`",
+         "tp x dp" if f.expert_parallel else "as the CSV", f"`{f.flags}`", f.script, str(n)]
+        for f, n in applied(SCRIPT_FLAGS, script_flag, points)
+    ]  # fmt: skip

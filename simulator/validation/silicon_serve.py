@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.specs.precision import KvCacheDtype
+from simulator.validation.silicon_flags import applied, in_window, window_text
 
 
 @dataclass(frozen=True)
@@ -51,43 +52,38 @@ class ServeFlags:
     kv_cache_dtype: KvCacheDtype | None = None
     block_size_tokens: int | None = None
 
+    def _knobs(self, isl: int, conc: int) -> list[tuple[str, Any, str]]:
+        """(ServingConfig field, its value at this ISL and concurrency, the script's words)."""
+        out: list[tuple[str, Any, str]] = []
+        if self.gpu_memory_utilization is not None:
+            gmu = self.gpu_memory_utilization
+            out.append(("gpu_memory_utilization", gmu, f"--gpu-memory-utilization {gmu:.2f}"))
+        if self.batched_tokens_per_isl is not None:
+            k = self.batched_tokens_per_isl
+            words = f"--max-num-batched-tokens $((ISL * {k}))"
+            out.append(("max_num_batched_tokens", k * isl, words))
+        elif self.max_num_batched_tokens is not None:
+            n = self.max_num_batched_tokens
+            out.append(("max_num_batched_tokens", n, f"--max-num-batched-tokens {n}"))
+        if self.seqs_from_conc:
+            out.append(("max_num_seqs", conc, "--max-num-seqs $CONC"))
+        elif self.max_num_seqs is not None:
+            out.append(("max_num_seqs", self.max_num_seqs, f"--max-num-seqs {self.max_num_seqs}"))
+        if self.kv_cache_dtype is not None:
+            kv = self.kv_cache_dtype
+            out.append(("kv_cache_dtype", kv, f"--kv-cache-dtype {kv}"))
+        if self.block_size_tokens is not None:
+            b = self.block_size_tokens
+            out.append(("block_size_tokens", b, f"--block-size {b}"))
+        return out
+
     def settings(self, isl: int, conc: int) -> dict[str, Any]:
         """The ``ServingConfig`` fields these flags set for a row of this ISL and concurrency."""
-        out: dict[str, Any] = {}
-        if self.gpu_memory_utilization is not None:
-            out["gpu_memory_utilization"] = self.gpu_memory_utilization
-        if self.batched_tokens_per_isl is not None:
-            out["max_num_batched_tokens"] = self.batched_tokens_per_isl * isl
-        elif self.max_num_batched_tokens is not None:
-            out["max_num_batched_tokens"] = self.max_num_batched_tokens
-        if self.seqs_from_conc:
-            out["max_num_seqs"] = conc
-        elif self.max_num_seqs is not None:
-            out["max_num_seqs"] = self.max_num_seqs
-        if self.kv_cache_dtype is not None:
-            out["kv_cache_dtype"] = self.kv_cache_dtype
-        if self.block_size_tokens is not None:
-            out["block_size_tokens"] = self.block_size_tokens
-        return out
+        return {name: value for name, value, _ in self._knobs(isl, conc)}
 
     def text(self) -> str:
         """The flags in the script's words."""
-        parts = []
-        if self.gpu_memory_utilization is not None:
-            parts.append(f"--gpu-memory-utilization {self.gpu_memory_utilization:.2f}")
-        if self.batched_tokens_per_isl is not None:
-            parts.append(f"--max-num-batched-tokens $((ISL * {self.batched_tokens_per_isl}))")
-        elif self.max_num_batched_tokens is not None:
-            parts.append(f"--max-num-batched-tokens {self.max_num_batched_tokens}")
-        if self.seqs_from_conc:
-            parts.append("--max-num-seqs $CONC")
-        elif self.max_num_seqs is not None:
-            parts.append(f"--max-num-seqs {self.max_num_seqs}")
-        if self.kv_cache_dtype is not None:
-            parts.append(f"--kv-cache-dtype {self.kv_cache_dtype}")
-        if self.block_size_tokens is not None:
-            parts.append(f"--block-size {self.block_size_tokens}")
-        return " ".join(parts)
+        return " ".join(words for _, _, words in self._knobs(0, 0))
 
 
 _MINIMAX = "MiniMaxAI/MiniMax-M2.5"
@@ -170,23 +166,13 @@ def serve_flags(
     model_path: str, system: str, precision: str, measured: str | None
 ) -> ServeFlags | None:
     """The launch-script revision's engine flags for a row, if known (no date: none)."""
-    if measured is None:
-        return None
-    for f in SERVE_FLAGS:
-        if (f.model_path, f.system, f.precision) != (model_path, system, precision):
-            continue
-        if f.since <= measured and (f.until is None or measured < f.until):
-            return f
-    return None
+    return in_window(SERVE_FLAGS, model_path, system, precision, measured)
 
 
 def serve_rows(points: Iterable[Any]) -> list[list[str]]:
     """The document's table: every revision's flags with the simulated points they set."""
-    pts = list(points)
-    out = []
-    for f in SERVE_FLAGS:
-        n = sum(1 for p in pts if serve_flags(p.model_path, p.system, p.precision, p.measured) is f)
-        window = f"{f.since} to {f.until or 'now'}" + (" (excl.)" if f.until else "")
-        out.append([f"`{f.model_path}`", f"`{f.system}`", f.precision, window, f"`{f.text()}`",
-                    f.script, str(n)])  # fmt: skip
-    return out
+    return [
+        [f"`{f.model_path}`", f"`{f.system}`", f.precision, window_text(f), f"`{f.text()}`",
+         f.script, str(n)]
+        for f, n in applied(SERVE_FLAGS, serve_flags, points)
+    ]  # fmt: skip
