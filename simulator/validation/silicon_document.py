@@ -7,8 +7,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from simulator.validation.document import _md_table, _pct
-from simulator.validation.silicon import MODEL_ROWS, PRECISIONS, SiliconResult, devices_by_system
+from simulator.validation.silicon import SiliconResult, devices_by_system
 from simulator.validation.silicon_flags import flag_rows
+from simulator.validation.silicon_models import MODEL_ROWS, PRECISIONS
 from simulator.validation.silicon_report import (
     LatencyError,
     SiliconReport,
