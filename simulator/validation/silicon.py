@@ -145,12 +145,21 @@ class SiliconPoint:
     # the launch script turned on expert parallelism where the CSV says moe_ep_size 1: the
     # run's experts are over all tp x dp GPUs (`ep` stays the CSV's layout)
     expert_parallel: bool = False
+    # ... and the other way: the script never turned it on where the CSV says moe_ep_size > 1
+    tp_sharded_experts: bool = False
     # engine knobs its launch script set (silicon_serve.py); None / "auto": vLLM's default
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     kv_cache_dtype: KvCacheDtype = "auto"
     block_size_tokens: int | None = None
     gpu_memory_utilization: float | None = None
+
+    @property
+    def served_ep(self) -> int:
+        """The expert-parallel size the run's server had: its script's flags over the CSV."""
+        if self.expert_parallel:
+            return self.tp * self.dp
+        return 1 if self.tp_sharded_experts else self.ep
 
     @property
     def router(self) -> Router:
@@ -314,6 +323,7 @@ def map_row(
         measured=measured,
         moe_kernel=flag.moe_kernel if flag is not None else "auto",
         expert_parallel=flag is not None and flag.expert_parallel,
+        tp_sharded_experts=serve is not None and serve.no_expert_parallel and layout[2] > 1,
         **(serve.settings(isl, conc) if serve is not None else {}),
     )
 
@@ -377,7 +387,7 @@ def scenario_of(point: SiliconPoint, requests_per_conc: int = 10, seed: int = 0)
     serving = ServingConfig(
         tp=point.tp,
         dp=point.dp,
-        ep=point.tp * point.dp if point.expert_parallel else point.ep,
+        ep=point.served_ep,
         weight_precision=dict(point.weight_precision),
         enable_prefix_caching=False,
         moe_kernel=point.moe_kernel,

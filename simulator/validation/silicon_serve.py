@@ -12,16 +12,20 @@ knob the planner models, the rows measured while that revision was in effect run
 Every script here starts ``TP`` GPUs (``--tensor-parallel-size=$TP``, or with ``dp-attn``
 ``--tensor-parallel-size=1 --data-parallel-size=$TP``), so a row it covers whose CSV world
 (``tp_size x attention_dp_size``) is larger contradicts it and is skipped (``silicon.py``).
+Where a script never passes ``--enable-expert-parallel`` (Kimi-K2.5, gpt-oss, Llama), a row
+whose CSV says ``moe_ep_size`` > 1 (the config's ``ep:`` label, which the script ignores)
+runs with TP-sharded experts.
+
 A knob a script leaves unset keeps the planner's vLLM default (``ServingConfig``). A row is
 matched by model, system, precision and its ``measured=`` date, against windows of script
 revisions: from the commit date of the revision that set the flags (inclusive: a benchmark
 sweep of a changed config runs the day its change lands) to that of the next revision that
 changed them (exclusive). The revisions were read from the repository's history, never
-chosen by the error; a row whose date no revision on the main history covers, or that has
-no date, keeps the defaults (docs/validation-silicon.md lists which). Flags with no effect
-on what the planner models are not here: prefix caching (the validation runs without it,
-and random prompts share no prefix), ``--stream-interval`` (vLLM sends the first token at
-once whatever the interval), CUDA-graph capture sizes, compilation passes, async scheduling.
+chosen by the error; a row whose date no revision on the main history covers, or that has no
+date, keeps the defaults (docs/validation-silicon.md lists which). Flags with no effect on
+what the planner models are not here: prefix caching (the validation runs without it, and
+random prompts share no prefix), ``--stream-interval`` (vLLM sends the first token at once
+whatever the interval), CUDA-graph capture sizes, compilation passes, async scheduling.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ class ServeFlags:
     seqs_from_conc: bool = False  # `--max-num-seqs $CONC`
     kv_cache_dtype: KvCacheDtype | None = None
     block_size_tokens: int | None = None
+    # the script never passes --enable-expert-parallel: a row whose CSV says moe_ep_size > 1
+    # (its config's `ep:` label, which the script ignores) ran with TP-sharded experts
+    no_expert_parallel: bool = False
 
     def _knobs(self, isl: int, conc: int) -> list[tuple[str, Any, str]]:
         """(ServingConfig field, its value at this ISL and concurrency, the script's words)."""
@@ -83,7 +90,10 @@ class ServeFlags:
 
     def text(self) -> str:
         """The flags in the script's words."""
-        return " ".join(words for _, _, words in self._knobs(0, 0))
+        words = [w for _, _, w in self._knobs(0, 0)]
+        return " ".join(
+            words + (["(no --enable-expert-parallel)"] if self.no_expert_parallel else [])
+        )
 
 
 _MINIMAX = "MiniMaxAI/MiniMax-M2.5"
@@ -120,45 +130,45 @@ SERVE_FLAGS: tuple[ServeFlags, ...] = (
                gpu_memory_utilization=0.95),
     ServeFlags(_KIMI, "b200_sxm", "fp4", "2026-03-11", "2026-04-20",
                f"{_SINGLE}kimik2.5_fp4_b200.sh@a58dedd5a (v0.17.0)",
-               gpu_memory_utilization=0.90, seqs_from_conc=True),
+               gpu_memory_utilization=0.90, seqs_from_conc=True, no_expert_parallel=True),
     ServeFlags(_KIMI, "b200_sxm", "fp4", "2026-04-20", None,
                f"{_SINGLE}kimik2.5_fp4_b200.sh@6c3acebfa (v0.17.0)",
-               seqs_from_conc=True, **_MINIMAX_NEW),
+               seqs_from_conc=True, no_expert_parallel=True, **_MINIMAX_NEW),
     ServeFlags(_KIMI, "b200_sxm", "int4", "2026-02-23", None,
                f"{_SINGLE}kimik2.5_int4_b200.sh@eb02101ef (v0.15.1)",
-               gpu_memory_utilization=0.95, seqs_from_conc=True),
+               gpu_memory_utilization=0.95, seqs_from_conc=True, no_expert_parallel=True),
     ServeFlags(_KIMI, "b300_sxm", "fp4", "2026-04-17", None,
                f"{_SINGLE}kimik2.5_fp4_b300.sh@a35e53694 (v0.19.0-cu130)",
-               gpu_memory_utilization=0.90, seqs_from_conc=True),
+               gpu_memory_utilization=0.90, seqs_from_conc=True, no_expert_parallel=True),
     ServeFlags(_KIMI, "h200_sxm", "int4", "2026-03-02", None,
                f"{_SINGLE}kimik2.5_int4_h200.sh@749096c4c (v0.16.0)",
-               gpu_memory_utilization=0.95, seqs_from_conc=True),
+               gpu_memory_utilization=0.95, seqs_from_conc=True, no_expert_parallel=True),
     ServeFlags(_GPTOSS, "b200_sxm", "fp4", "2025-09-27", "2025-12-05",
                "benchmarks/gptoss_fp4_b200_docker.sh@eb282d8f6 (v0.10.2; v0.11.0 from 7103d6608)",
-               max_num_seqs=512, **_YAML),
+               max_num_seqs=512, no_expert_parallel=True, **_YAML),
     ServeFlags(_GPTOSS, "b200_sxm", "fp4", "2025-12-05", None,
                "benchmarks/gptoss_fp4_b200_docker.sh@25506e87c (v0.11.2; later"
                f" {_SINGLE}gptoss_fp4_b200.sh, v0.15.1 from d2c2acb19)",
-               max_num_seqs=512, kv_cache_dtype="fp8", **_YAML),
+               max_num_seqs=512, kv_cache_dtype="fp8", no_expert_parallel=True, **_YAML),
     ServeFlags(_GPTOSS, "h100_sxm", "fp4", "2025-09-23", None,
                "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh@af4ccd03f (v0.10.2; later"
                f" {_SINGLE}gptoss_fp4_h100.sh, v0.18.0 from cec542a9a)",
-               seqs_from_conc=True, **_YAML),
+               seqs_from_conc=True, no_expert_parallel=True, **_YAML),
     ServeFlags(_GPTOSS, "h200_sxm", "fp4", "2025-09-27", None,
                "benchmarks/gptoss_fp4_h200_slurm.sh@eb282d8f6 (v0.10.2; later"
                f" {_SINGLE}gptoss_fp4_h200.sh, v0.18.0 from cec542a9a)",
-               seqs_from_conc=True, **_YAML),
+               seqs_from_conc=True, no_expert_parallel=True, **_YAML),
     # the Llama scripts were deleted on 2025-10-29/30 (after the rows' runs); the H100 ones
     # passed `--config=config.yaml` as one token, which vLLM 0.10.2 does not read: unknown
     ServeFlags(_LLAMA, "b200_sxm", "fp8", "2025-09-24", "2025-10-30",
                "benchmarks/70b_fp8_b200_docker.sh@5e92867f4 (v0.10.2)",
-               max_num_seqs=512, kv_cache_dtype="fp8", **_YAML),
+               max_num_seqs=512, kv_cache_dtype="fp8", no_expert_parallel=True, **_YAML),
     ServeFlags(_LLAMA, "b200_sxm", "fp4", "2025-09-27", "2025-10-30",
                "benchmarks/70b_fp4_b200_docker.sh@eb282d8f6 (v0.10.2)",
-               max_num_seqs=512, kv_cache_dtype="fp8", **_YAML),
+               max_num_seqs=512, kv_cache_dtype="fp8", no_expert_parallel=True, **_YAML),
     ServeFlags(_LLAMA, "h200_sxm", "fp8", "2025-09-27", "2025-10-30",
                "benchmarks/70b_fp8_h200_slurm.sh@eb282d8f6 (v0.10.2)",
-               seqs_from_conc=True, kv_cache_dtype="fp8", **_YAML),
+               seqs_from_conc=True, kv_cache_dtype="fp8", no_expert_parallel=True, **_YAML),
 )  # fmt: skip
 
 

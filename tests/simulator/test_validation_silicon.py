@@ -469,3 +469,23 @@ def test_rows_wider_than_their_launch_script_are_skipped(tmp_path: Path) -> None
     loaded = s.load_silicon(write(tmp_path / "s.csv", rows))
     assert loaded.skipped[s.SKIP_SCRIPT_WORLD] == 1  # the dated one: its script starts TP GPUs
     assert [(p.row, p.dp) for p in loaded.points] == [(2, 2), (3, 1)]  # no date: no script
+
+
+# (row changes, the experts' split the scenario runs): the Kimi-K2.5 scripts never pass
+# --enable-expert-parallel, whatever their config's `ep:` label (the CSV's moe_ep_size)
+KIMI_EP4 = KIMI_FP4_B200 | {"moe_tp_size": "1", "moe_ep_size": "4"}
+SHARDED: list[tuple[dict[str, str], int]] = [
+    (KIMI_EP4 | _measured("2026-03-11"), 1),  # a revision covers it: TP-sharded experts
+    (KIMI_EP4 | _measured(None), 4),  # no date, no revision: the CSV's layout
+    (KIMI_FP4_B200 | _measured("2026-03-11"), 1),  # EP 1 in the CSV too
+    (MINIMAX | {"moe_tp_size": "1", "moe_ep_size": "2"} | _measured("2026-04-22"), 2),  # -gt 1
+]
+
+
+@pytest.mark.parametrize(("changes", "ep"), SHARDED)
+def test_scripts_without_expert_parallel_shard_the_experts(
+    changes: dict[str, str], ep: int
+) -> None:
+    point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
+    assert isinstance(point, s.SiliconPoint), point
+    assert s.scenario_of(point).serving.ep == ep
