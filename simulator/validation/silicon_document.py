@@ -423,6 +423,10 @@ Qwen3 and Llama-3.1-8B row, some Kimi-K2.5 rows), Llama-3.3-70B on H100 (its scr
 `--config=config.yaml` as one token, which vLLM 0.10.2 does not read, so which settings
 ran is unknown), and rows dated before their script existed on main (MiniMax-M2.5 FP4 on
 B200 and every model on B300 dated 2026-04-03: runs of pull-request branches).
+Every script in the table starts `tp_size` GPUs, so a row it covers whose
+`tp_size x attention_dp_size` is larger is skipped (above); where it never passes
+`--enable-expert-parallel` (the table says so), a row whose CSV says `moe_ep_size` > 1 (the
+config's `ep:` label, which the script ignores) runs with TP-sharded experts.
 
 {serve_table}
 
