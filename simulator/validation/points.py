@@ -15,6 +15,7 @@ from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import WeightPrecision
 from simulator.specs.scenario import RandomPromptWorkload, Scenario
 from simulator.specs.serving import ServingConfig
+from simulator.validation.silicon_serve import serve_flags
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[3]
@@ -343,8 +344,6 @@ def benchmark_scenario(
 
 def script_knobs(point: Point) -> dict[str, Any]:
     """The engine knobs the point's InferenceX launch script set (none where unknown)."""
-    from simulator.validation.silicon_serve import serve_flags
-
     model_path = SCRIPT_MODELS.get(point.model_name)
     if model_path is None or point.hw_key in AMD_DEVICES:
         return {}
