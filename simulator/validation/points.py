@@ -343,9 +343,10 @@ def benchmark_scenario(
 
 
 def script_knobs(point: Point) -> dict[str, Any]:
-    """The engine knobs the point's InferenceX launch script set (none where unknown)."""
+    """The engine knobs the point's InferenceX launch script set (none where unknown: the
+    windows name NVIDIA systems only, so an AMD point finds none)."""
     model_path = SCRIPT_MODELS.get(point.model_name)
-    if model_path is None or point.hw_key in AMD_DEVICES:
+    if model_path is None:
         return {}
     flags = serve_flags(model_path, f"{point.hw_key}_sxm", point.precision, DASHBOARD_RUNS)
     return flags.settings(point.isl, point.conc) if flags is not None else {}

@@ -137,6 +137,17 @@ def test_rows_map_or_are_skipped_with_a_reason(tmp_path: Path) -> None:
     assert scenario_for(ds).serving.max_num_batched_tokens is None  # SGLang on AMD: no script
 
 
+def test_script_knobs_only_where_a_script_window_names_the_system(tmp_path: Path) -> None:
+    rows = [row(hw="h200"), row(hw="mi355x"), row(model="gpt-oss 120B", hw="mi300x",
+            precision="fp4", tp=1)]  # fmt: skip
+    h200, mi355x, mi300x = load_points(write(tmp_path / "d.csv", rows)).points
+    assert scenario_for(h200).serving.max_num_batched_tokens == 8192  # 70b_fp8_h200_slurm.sh
+    for amd in (mi355x, mi300x):  # the AMD scripts were not read: the planner's defaults
+        serving = scenario_for(amd).serving
+        assert (serving.max_num_batched_tokens, serving.max_num_seqs) == (None, None)
+        assert (serving.kv_cache_dtype, serving.gpu_memory_utilization) == ("auto", 0.92)
+
+
 @pytest.mark.parametrize(
     ("rows", "header", "where"),
     [
