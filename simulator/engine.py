@@ -427,6 +427,11 @@ class Engine:
             prefill, decode = self.replicas[:n], self.replicas[n:]
             pools.attach(self.replicas, Router(prefill, router), Router(decode, router))
         self.router = Router(self.replicas, router)
+        # the API servers (one per engine replica, vLLM's default; disaggregated: one per
+        # prefill replica, where the proxy sends a prompt first): when each is free again
+        self.frontend_s_per_token = parts[0].cost.device.roofline.frontend_s_per_prompt_token
+        n_frontends = len(parts) if disaggregation is None else disaggregation.prefill_replicas
+        self._frontend_free_s = [0.0] * n_frontends
 
     def _accept(self, drafts: int) -> int:
         """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run.
@@ -453,8 +458,30 @@ class Engine:
         state = ReqState(request, request.engine_blocks(self.block_tokens), arrival_s=self.env.now)
         self.live[state.req_id] = state
         self._link_previous_turn(state)
+        delay_s = self._frontend_delay_s(state)
+        if delay_s > 0.0:  # a callback, not a process: no generator per request
+            self.env.timeout(delay_s).callbacks.append(lambda _event: self._route(state))
+        else:
+            self._route(state)
+
+    def _frontend_delay_s(self, state: ReqState) -> float:
+        """Seconds until the API server has the request ready for the engine: the prompt's
+        host work (``roofline.frontend_s_per_prompt_token`` x prompt tokens: tokenizing its
+        text, priming the detokenizer), after the work already queued there. The earliest
+        free of the API servers takes it; each serves its requests in arrival order."""
+        work_s = state.request.prompt_tokens * self.frontend_s_per_token
+        if work_s <= 0.0:
+            return 0.0
+        free, now = self._frontend_free_s, self.env.now
+        i = free.index(min(free))
+        start = max(free[i], now)
+        free[i] = start + work_s
+        self.recorder.frontend_busy.append((start, free[i]))
+        return free[i] - now
+
+    def _route(self, state: ReqState) -> None:
         if self.pools is None:
-            self.router.pick(request).submit(state)
+            self.router.pick(state.request).submit(state)
         else:
             self.pools.arrive(state)
 
@@ -536,6 +563,7 @@ class Engine:
         rec.end_s = self.env.now
         rec.workload_ended = self.replay.done
         rec.speculative = any(r.sched.k for r in self.replicas)
+        rec.frontends = len(self._frontend_free_s)
         rec.unfinished = list(self.live.values())
         queued = {(s.client or s).req_id for r in self.replicas for s in r.sched.waiting}
         rec.waiting_at_end = len(queued & self.live.keys())

@@ -150,6 +150,9 @@ class Recorder:
     unfinished: list[ReqState] = field(default_factory=list)  # client requests in the system
     waiting_at_end: int = 0  # of those, in a waiting queue (never admitted, or preempted)
     open_steps: list[OpenStep] = field(default_factory=list)  # one per replica still busy
+    # the API servers' busy spans (start, end), one per request with prompt work to do
+    frontend_busy: list[tuple[float, float]] = field(default_factory=list)
+    frontends: int = 1
 
     def on_step(self, row: StepRecord) -> None:
         self.steps.append(row)
@@ -425,10 +428,30 @@ def _window_tokens(
     return out
 
 
+def frontend_saturation(rec: Recorder, w0: float, w1: float) -> str | None:
+    """The API servers busy with prompt work through at least 95 % of [w0, w1], all of
+    them together: requests then queue before the engine, where the waiting queue does not
+    see them."""
+    if not rec.frontend_busy:
+        return None
+    spans = np.array(rec.frontend_busy, dtype=np.float64)
+    busy = float((np.minimum(spans[:, 1], w1) - np.maximum(spans[:, 0], w0)).clip(0.0).sum())
+    share = busy / (rec.frontends * (w1 - w0))
+    if share < 0.95:
+        return None
+    return (
+        f"API server busy: tokenizing prompts through {share:.0%} of the window"
+        f" on {rec.frontends} API server(s) (roofline.frontend_s_per_prompt_token)"
+    )
+
+
 def saturation(rec: Recorder, w0: float, w1: float) -> tuple[bool, str | None]:
     """Does the waiting queue grow through [w0, w1], or never drain (module docstring)?"""
     if w1 <= w0:
         return False, None
+    frontend = frontend_saturation(rec, w0, w1)
+    if frontend is not None:
+        return True, frontend
     # the queue's changes: (time, change of one replica's waiting count); steps are recorded
     # in time order per replica, and a replica's value holds until its next step
     last: dict[int, int] = {}

@@ -78,6 +78,10 @@ class RooflinePriors(Spec):
     # from the end of a step to the client holding its tokens (device-to-host copy, output
     # processing, detokenisation and streaming; async scheduling runs the next step meanwhile)
     output_delay_s: Seconds = 0.0
+    # the API server's host work per prompt token before a request reaches the engine
+    # (tokenizing the prompt text, priming the incremental detokenizer with the prompt),
+    # served in arrival order by one API-server process per engine replica
+    frontend_s_per_prompt_token: Seconds = 0.0
 
 
 SOURCED_FIELDS = (

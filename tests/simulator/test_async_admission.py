@@ -19,7 +19,11 @@ from simulator.workload.replay import Replay, open_loop
 from simulator.workload.request import Session, Turn, chain, content_keys
 
 BLOCK = 16
-H100 = catalog.hardware_profile("h100")
+# no API-server prompt work: these tests time admission timing alone (that work: test_frontend.py)
+_H100 = catalog.hardware_profile("h100")
+H100 = _H100.model_copy(
+    update={"roofline": _H100.roofline.model_copy(update={"frontend_s_per_prompt_token": 0.0})}
+)
 LLAMA = catalog.model_card("llama-3.3-70b")
 
 

@@ -24,7 +24,11 @@ from simulator.workload.replay import Replay, closed_loop, open_loop
 from simulator.workload.request import Session, Turn, chain, content_keys
 
 BLOCK = 16
-H100 = catalog.hardware_profile("h100")
+# no API-server prompt work: these tests time the P->D path alone (test_frontend.py: that)
+_H100 = catalog.hardware_profile("h100")
+H100 = _H100.model_copy(
+    update={"roofline": _H100.roofline.model_copy(update={"frontend_s_per_prompt_token": 0.0})}
+)
 LLAMA = catalog.model_card("llama-3.3-70b")
 COST = StepCostModel(LLAMA, H100, ServingConfig(tp=8), LatencyModels(H100))
 # one block of one layer = 1 MB per GPU, 2 full-attention layers: 2 MB per block

@@ -1,10 +1,11 @@
 """When tokens reach the client: ``output_delay_s`` after the end of their step (async
 scheduling), not a second copy of the step.
 
-TTFT of a lone long prompt = its prefill steps (priced by hand with the engine's own
-StepCostModel) + the delay; steady decode gaps = step times; and over random workloads
-(aggregated or disaggregated, fast-forward on or off, speculative decoding on or off) no
-request's tokens go backwards: arrival <= first token <= last token = finish.
+TTFT of a lone long prompt = the API server's prompt work + its prefill steps (priced by
+hand with the engine's own StepCostModel) + the delay; steady decode gaps = step times;
+and over random workloads (aggregated or disaggregated, fast-forward on or off,
+speculative decoding on or off) no request's tokens go backwards: arrival <= first token
+<= last token = finish.
 """
 
 from __future__ import annotations
@@ -131,13 +132,17 @@ def test_ttft_of_a_lone_long_prompt_is_its_prefill_steps_plus_the_output_delay(
     assert r.first_token_s is not None
     chunks = prefill_chunks(prompt, budget)
     prefill = [step_s(cost, [n], [c]) for n, c in chunks]
-    assert r.first_token_s - r.arrival_s == pytest.approx(sum(prefill) + delay_s, rel=1e-9)
-    # the engine ran exactly those steps, back to back from the arrival
+    # the API server's prompt work first (test_frontend.py), then the prefill steps
+    frontend_s = prompt * H100.roofline.frontend_s_per_prompt_token
+    assert frontend_s > 0.0
+    expected = frontend_s + sum(prefill) + delay_s
+    assert r.first_token_s - r.arrival_s == pytest.approx(expected, rel=1e-9)
+    # the engine ran exactly those steps, back to back from the request reaching it
     steps = rec.steps[: len(chunks)]
     assert [s.prefill_tokens for s in steps] == [n for n, _ in chunks]
     assert [s.step_s for s in steps] == pytest.approx(prefill, rel=1e-12)
     # the last prefill step is no longer paid twice: TTFT < prefill + that step again
-    assert r.first_token_s - r.arrival_s < sum(prefill) + prefill[-1]
+    assert r.first_token_s - r.arrival_s < frontend_s + sum(prefill) + prefill[-1]
 
 
 # ----------------------------------------------------------------------------- steady decode
