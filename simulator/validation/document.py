@@ -349,9 +349,12 @@ cross-validation on those op tables (docs/measured-errors.md), not on these poin
 model cards come from the models' `config.json`. The per-step CPU costs and the output delay
 (`cpu_step_overhead_s` 1 ms, `cpu_step_per_request_s` 10 us, `output_delay_s` 1 ms; Grace
 hosts x1.25) are assumptions derived from vLLM V0's published overheads and were set before
-this run; no number was changed after seeing its results. One mechanism was added after a
-validation showed its absence: admission one step late under async scheduling
-(`AsyncScheduler`; it has no parameter), noticed because the silicon check's TTFT was low.
+this run; no number was changed after seeing its results. Two mechanisms were added after a
+validation showed their absence: admission one step late under async scheduling
+(`AsyncScheduler`; it has no parameter), noticed because the silicon check's TTFT was low,
+and the API server's prompt work (`frontend_s_per_prompt_token` 2.5 us a token, from public
+measurements of tokenizing and of vLLM's detokenizer priming, ModelTC/LightLLM#1258 and
+vllm#51281; docs/engine.md), noticed because that check's TTFT gap did not shrink with TP.
 
 ## Known modelling gaps
 

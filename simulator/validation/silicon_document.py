@@ -493,7 +493,12 @@ tables of the same package (`systems/data/<system>/...`, GEMM, attention, MoE, N
 measured in isolation, `simulator/measured/`); those are kernel measurements, not these
 end-to-end serving points, and nothing was fitted to the end-to-end points. The choices
 made from public facts (checkpoint precision per module group, parallel layout, prefix
-caching off, request counts) are listed above.
+caching off, request counts) are listed above. Mechanisms were added after this table
+showed their absence, each read from vLLM's code or from public measurements, never from
+these points, and kept whichever way it moved the error: the q/k RMSNorm of MiniMax-M2 and
+Qwen3, the launch scripts' flags and knobs, and the API server's prompt work
+(`frontend_s_per_prompt_token` 2.5 us a token: ModelTC/LightLLM#1258 for tokenizing,
+vllm#51281 and vllm#57330 for priming the detokenizer; docs/engine.md).
 
 ## Caveats and likely gaps
 
@@ -501,8 +506,10 @@ caching off, request counts) are listed above.
   against the simulated medians the TTFT error would be larger (the medians are in
   `points.csv`).
 - **What TTFT covers**: the client measures from sending the HTTP request to the first
-  streamed token: request handling, tokenization of the prompt and the first
-  detokenization in the API server come on top of the engine time the simulator models.
+  streamed token. The simulator adds the API server's work per prompt token (tokenizing,
+  priming the detokenizer: `frontend_s_per_prompt_token`, 2.5 us a token, an assumption
+  from public measurements on other hosts and tokenizers, docs/engine.md); HTTP and request
+  handling per request, and the InferenceX host CPUs' own speed, are not modelled.
 - **Engine versions and flags**: the rows were measured on vLLM 0.10.2 to 0.19 and a
   nightly (`backend_version`, the scripts' images); the engine knobs are read from the
   launch scripts where a revision covers the row (above), the planner's defaults stand in
