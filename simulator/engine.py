@@ -427,11 +427,14 @@ class Engine:
             prefill, decode = self.replicas[:n], self.replicas[n:]
             pools.attach(self.replicas, Router(prefill, router), Router(decode, router))
         self.router = Router(self.replicas, router)
-        # the API servers (one per engine replica, vLLM's default; disaggregated: one per
-        # prefill replica, where the proxy sends a prompt first): when each is free again
-        self.frontend_s_per_token = parts[0].cost.device.roofline.frontend_s_per_prompt_token
-        n_frontends = len(parts) if disaggregation is None else disaggregation.prefill_replicas
-        self._frontend_free_s = [0.0] * n_frontends
+        # the API servers, where a prompt arrives first (disaggregated: the prefill pool's):
+        # ``api_server_count`` per deployment, by default one per DP rank as in vLLM; when
+        # each is free again
+        first = parts[0].cost
+        self.frontend_s_per_token = first.device.roofline.frontend_s_per_prompt_token
+        front = len(parts) if disaggregation is None else disaggregation.prefill_replicas
+        per_deployment = first.serving.api_server_count or first.serving.dp
+        self._frontend_free_s = [0.0] * max(1, front // first.serving.dp * per_deployment)
 
     def _accept(self, drafts: int) -> int:
         """Accepted drafts with i.i.d. acceptance a: the first rejection ends the run.

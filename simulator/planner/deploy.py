@@ -37,6 +37,8 @@ def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[st
     args = ["vllm", "serve", hf_id, "--tensor-parallel-size", str(serving.tp)]
     if serving.dp > 1:
         args += ["--data-parallel-size", str(serving.dp)]
+    if serving.api_server_count is not None:
+        args += ["--api-server-count", str(serving.api_server_count)]
     if serving.ep > 1:
         args.append("--enable-expert-parallel")
     if serving.dcp > 1:

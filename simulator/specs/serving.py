@@ -69,6 +69,9 @@ class ServingConfig(Spec):
     kv_cache_memory_bytes: float | None = Field(default=None, gt=0)  # --kv-cache-memory-bytes
     max_num_batched_tokens: PositiveInt | None = None  # None: vLLM default by device memory
     max_num_seqs: PositiveInt | None = None  # None: vLLM default by device memory
+    # --api-server-count: API-server processes of the deployment, which tokenize prompts
+    # side by side (roofline.frontend_s_per_prompt_token). None: vLLM's default, one per DP rank
+    api_server_count: PositiveInt | None = None
     # --max-model-len: longest prompt + max_tokens a request may ask for (vLLM answers HTTP
     # 400 beyond it). None: the card's max_context_tokens; more than that is refused
     # (memory.check_deployment: the card is needed to check it)

@@ -12,6 +12,7 @@ from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.engine import Engine
 from simulator.metrics import Recorder, summarize
+from simulator.planner.deploy import serve_flags
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, closed_loop, open_loop
 from tests.simulator.test_token_timing import H100, LLAMA, parts, sessions
@@ -19,10 +20,10 @@ from tests.simulator.test_token_timing import H100, LLAMA, parts, sessions
 PER_TOKEN_S = 4e-6
 
 
-def cost_model(per_token_s: float) -> StepCostModel:
+def cost_model(per_token_s: float, serving: ServingConfig) -> StepCostModel:
     roofline = H100.roofline.model_copy(update={"frontend_s_per_prompt_token": per_token_s})
     device = H100.model_copy(update={"roofline": roofline})
-    return StepCostModel(LLAMA, device, ServingConfig(tp=8), LatencyModels(device))
+    return StepCostModel(LLAMA, device, serving, LatencyModels(device))
 
 
 def run(
@@ -31,8 +32,10 @@ def run(
     users: int = 1,
     replicas: int = 1,
     open_arrivals: bool = False,
+    api_servers: int | None = None,
 ) -> Recorder:
-    cost = cost_model(per_token_s)
+    serving = ServingConfig(tp=8, dp=replicas, api_server_count=api_servers)
+    cost = cost_model(per_token_s, serving)
     p = [parts(cost, num_blocks=4000, budget=8192, max_seqs=64) for _ in range(replicas)]
     loop = open_loop() if open_arrivals else closed_loop(users)
     engine = Engine(Replay(sessions(spec), loop), p, router="round_robin", seed=0)
@@ -79,6 +82,24 @@ def test_each_replica_brings_its_own_api_server() -> None:
     assert [start for start, _ in rec.frontend_busy] == [0.0, 0.0]
     one = run([[(4000, 2, 0.0)], [(4000, 2, 0.0)]], PER_TOKEN_S, users=2, replicas=1)
     assert max(end for _, end in one.frontend_busy) == pytest.approx(8000 * PER_TOKEN_S)
+
+
+@pytest.mark.parametrize(("replicas", "api_servers", "expected"), [(1, 3, 3), (2, 1, 1), (2, 4, 4)])
+def test_api_server_count_sets_how_many_tokenize_side_by_side(
+    replicas: int, api_servers: int, expected: int
+) -> None:
+    spec = [[(4000, 2, 0.0)] for _ in range(4)]
+    rec = run(spec, PER_TOKEN_S, users=4, replicas=replicas, api_servers=api_servers)
+    assert rec.frontends == expected
+    starts = sorted(start for start, _ in rec.frontend_busy)
+    # four prompts at once: `expected` of them start at 0, the rest wait for a free server
+    assert starts.count(0.0) == min(expected, 4)
+
+
+def test_the_deploy_line_carries_the_api_server_count() -> None:
+    flags = serve_flags("x/y", ServingConfig(tp=8, api_server_count=4), "h100")
+    assert flags[flags.index("--api-server-count") + 1] == "4"
+    assert "--api-server-count" not in serve_flags("x/y", ServingConfig(tp=8), "h100")
 
 
 def test_no_prompt_work_leaves_the_run_as_it_was() -> None:
