@@ -80,7 +80,7 @@ class RooflinePriors(Spec):
     output_delay_s: Seconds = 0.0
     # the API server's host work per prompt token before a request reaches the engine
     # (tokenizing the prompt text, priming the incremental detokenizer with the prompt),
-    # served in arrival order by one API-server process per engine replica
+    # served in arrival order by the deployment's API servers (serving.api_server_count)
     frontend_s_per_prompt_token: Seconds = 0.0
 
 
