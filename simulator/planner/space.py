@@ -216,10 +216,14 @@ PRESENTATION = (
     "validation/silicon_serve.py",  # a point's engine knobs: in its scenario's serving
 )  # fmt: skip
 
+# under hardware_profiles: the error bands a report states beside a run (read when the
+# report is written, never by a run), rewritten by scripts/model_error.py after a validation
+PROFILES_PRESENTATION = ("model_error.json",)
+
 
 def fingerprinted_files() -> list[tuple[str, Path]]:
     """The files a cached run's key covers: the simulator's source, model cards and hardware
-    profiles, less the presentation layer (:data:`PRESENTATION`)."""
+    profiles, less the presentation layer (:data:`PRESENTATION`, :data:`PROFILES_PRESENTATION`)."""
     import simulator
     from hardware_profiles import PROFILES_DIR
 
@@ -231,6 +235,8 @@ def fingerprinted_files() -> list[tuple[str, Path]]:
                 continue
             name = f.relative_to(root).as_posix()
             if root == package and name.startswith(PRESENTATION):
+                continue
+            if root == PROFILES_DIR and name in PROFILES_PRESENTATION:
                 continue
             files.append((name, f))
     return files
