@@ -479,7 +479,7 @@ class Engine:
         i = free.index(min(free))
         start = max(free[i], now)
         free[i] = start + work_s
-        self.recorder.frontend_busy.append((start, free[i]))
+        self.recorder.frontend_busy.extend((start, free[i]))
         return free[i] - now
 
     def _route(self, state: ReqState) -> None:

@@ -66,7 +66,7 @@ def test_one_api_server_serves_simultaneous_prompts_in_arrival_order() -> None:
     prompts = [4000, 2000, 6000]
     rec = run([[(p, 2, 0.0)] for p in prompts], PER_TOKEN_S, users=3)
     ends = [0.0, 4000 * PER_TOKEN_S, 6000 * PER_TOKEN_S, 12000 * PER_TOKEN_S]
-    spans = sorted(rec.frontend_busy)
+    spans = sorted(rec.frontend_spans())
     assert [a for a, _ in spans] == pytest.approx(ends[:-1], rel=1e-12)
     assert [b for _, b in spans] == pytest.approx(ends[1:], rel=1e-12)
     # and each request reached the engine when its work was done
@@ -79,9 +79,9 @@ def test_each_replica_brings_its_own_api_server() -> None:
     # two replicas, two API servers: two simultaneous prompts are tokenized side by side
     rec = run([[(4000, 2, 0.0)], [(4000, 2, 0.0)]], PER_TOKEN_S, users=2, replicas=2)
     assert rec.frontends == 2
-    assert [start for start, _ in rec.frontend_busy] == [0.0, 0.0]
+    assert [start for start, _ in rec.frontend_spans()] == [0.0, 0.0]
     one = run([[(4000, 2, 0.0)], [(4000, 2, 0.0)]], PER_TOKEN_S, users=2, replicas=1)
-    assert max(end for _, end in one.frontend_busy) == pytest.approx(8000 * PER_TOKEN_S)
+    assert max(end for _, end in one.frontend_spans()) == pytest.approx(8000 * PER_TOKEN_S)
 
 
 @pytest.mark.parametrize(("replicas", "api_servers", "expected"), [(1, 3, 3), (2, 1, 1), (2, 4, 4)])
@@ -91,7 +91,7 @@ def test_api_server_count_sets_how_many_tokenize_side_by_side(
     spec = [[(4000, 2, 0.0)] for _ in range(4)]
     rec = run(spec, PER_TOKEN_S, users=4, replicas=replicas, api_servers=api_servers)
     assert rec.frontends == expected
-    starts = sorted(start for start, _ in rec.frontend_busy)
+    starts = sorted(start for start, _ in rec.frontend_spans())
     # four prompts at once: `expected` of them start at 0, the rest wait for a free server
     assert starts.count(0.0) == min(expected, 4)
 
@@ -105,7 +105,7 @@ def test_the_deploy_line_carries_the_api_server_count() -> None:
 def test_no_prompt_work_leaves_the_run_as_it_was() -> None:
     spec = [[(3000, 16, 0.5), (500, 16, 0.0)], [(7000, 8, 0.0)]]
     rec = run(spec, 0.0, users=2)
-    assert rec.frontend_busy == []
+    assert rec.frontend_spans() == []
     again = run(spec, 0.0, users=2)
     assert ttft(rec) == ttft(again)
 
