@@ -84,6 +84,31 @@ class Grid:
     def ndim(self) -> int:
         return len(self.names)
 
+    # A device's built tables hold thousands of grids and are read back from the on-disk
+    # cache by every process (``device.load_measured``): one buffer a grid instead of five
+    # arrays (an unpickled array costs ~3 us) reads the H100's 4,592 grids in 29 ms instead of
+    # 79. The arrays come back as read-only views of that buffer, with the same bytes.
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        values = state.pop("values_per_axis")
+        axes = state.pop("axes")
+        log_t = state.pop("log_t")
+        measured = state.pop("measured")
+        floats = np.concatenate([*values, *axes, log_t.ravel()])
+        state["_packed"] = (floats.tobytes(), tuple(v.size for v in values), measured.tobytes())
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        buf, sizes, measured = state.pop("_packed")  # type: ignore[misc]
+        floats = np.frombuffer(buf, dtype=np.float64)
+        cuts = np.cumsum([0, *sizes, *sizes]).tolist()
+        parts = [floats[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        state["values_per_axis"] = parts[: len(sizes)]
+        state["axes"] = parts[len(sizes) :]
+        state["log_t"] = floats[cuts[-1] :].reshape(sizes)
+        state["measured"] = np.frombuffer(measured, dtype=bool).reshape(sizes)
+        self.__dict__.update(state)
+
     def _cell_baseline(self, shape: tuple[int, ...]) -> Array:
         mesh = np.meshgrid(*self.values_per_axis, indexing="ij")
         points = np.column_stack([m.ravel() for m in mesh])

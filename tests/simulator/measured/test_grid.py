@@ -123,3 +123,24 @@ def test_duplicate_points_keep_their_median() -> None:
 def test_bad_grids_are_refused(pts: np.ndarray, t: np.ndarray) -> None:
     with pytest.raises(ValueError, match="positive"):
         Grid(("b",), pts, t, lambda p: np.zeros(len(p)))
+
+
+def line(points: np.ndarray) -> np.ndarray:
+    return np.log(1e-6 * np.asarray(points, dtype=np.float64).reshape(-1, 1)[:, 0] ** 0.7)
+
+
+def test_a_pickled_grid_comes_back_with_the_same_numbers() -> None:
+    import pickle
+
+    one_axis = Grid(("m",), np.array([[1.0], [8.0], [64.0]]), np.array([1e-6, 3e-6, 2e-5]), line)
+    for grid in (noisy_grid(3, ("m",))[0], one_axis):
+        back = pickle.loads(pickle.dumps(grid, protocol=pickle.HIGHEST_PROTOCOL))
+        for name in ("values_per_axis", "axes"):
+            for a, b in zip(getattr(grid, name), getattr(back, name), strict=True):
+                assert a.tobytes() == b.tobytes()
+        assert back.log_t.shape == grid.log_t.shape
+        assert back.log_t.tobytes() == grid.log_t.tobytes()
+        assert np.array_equal(back.measured, grid.measured)
+        assert (back.names, back.despiked) == (grid.names, grid.despiked)
+        q = np.array([[1.5, 200.0], [300.0, 50.0]])[:, : grid.ndim]
+        assert back.log_seconds(q)[0].tobytes() == grid.log_seconds(q)[0].tobytes()
