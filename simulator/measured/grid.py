@@ -31,6 +31,7 @@ values of its continuous coordinates (tokens, context, bytes, ...), all in log s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 import numpy as np
 from numpy.typing import NDArray
@@ -99,14 +100,18 @@ class Grid:
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        buf, sizes, measured = state.pop("_packed")  # type: ignore[misc]
+        if "_packed" not in state:  # pickled before the packing (a kept benchmark capture)
+            self.__dict__.update(state)
+            return
+        packed: tuple[bytes, tuple[int, ...], bytes] = state.pop("_packed")  # type: ignore[assignment]
+        buf, sizes, measured = packed
         floats = np.frombuffer(buf, dtype=np.float64)
         cuts = np.cumsum([0, *sizes, *sizes]).tolist()
-        parts = [floats[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        parts = [floats[a:b] for a, b in pairwise(cuts)]
         state["values_per_axis"] = parts[: len(sizes)]
         state["axes"] = parts[len(sizes) :]
         state["log_t"] = floats[cuts[-1] :].reshape(sizes)
-        state["measured"] = np.frombuffer(measured, dtype=bool).reshape(sizes)
+        state["measured"] = np.frombuffer(measured, dtype=np.bool_).reshape(sizes)
         self.__dict__.update(state)
 
     def _cell_baseline(self, shape: tuple[int, ...]) -> Array:
