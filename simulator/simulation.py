@@ -172,6 +172,8 @@ def _replica_parts(
         layout, serving, memory.num_blocks, cpu_blocks, serving.hybrid_store_attention_remainder
     )
     cache = KVCacheManager(config)
+    if not config.prefix_caching:
+        cache.count_only()  # nothing is ever cached, so nothing is found: counts suffice
     if store is not None:
         cache.attach_store(store)
     block_tokens = layout.block_size_tokens * serving.dcp

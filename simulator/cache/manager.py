@@ -34,6 +34,7 @@ from collections.abc import Hashable, Sequence
 
 from simulator.cache.block_pool import BlockPool
 from simulator.cache.config import CacheConfig, CacheUsage
+from simulator.cache.counting_pool import CountingPool
 from simulator.cache.offload import ATTENTION, STATE, CpuTier
 from simulator.cache.prefix import HitLike, PrefixHit, find_prefix_hit
 from simulator.cache.remote_tier import RemoteTier
@@ -85,7 +86,9 @@ class KVCacheManager:
         self._f = c.full_groups
         self._s = c.state_groups
         self._state_spaces = tuple(range(c.full_groups, c.full_groups + c.state_groups))
-        self.pool = BlockPool(c.num_blocks, num_spaces=max(1, self._f + self._s), num_kinds=3)
+        self.pool: BlockPool | CountingPool = BlockPool(
+            c.num_blocks, num_spaces=max(1, self._f + self._s), num_kinds=3
+        )
         self.cpu = (
             CpuTier(c.cpu_blocks, c.bytes_per_block) if c.cpu_blocks and c.prefix_caching else None
         )
@@ -95,6 +98,14 @@ class KVCacheManager:
         # bumped by every call that may change a lookup's answer or the free count: a
         # scheduler can keep a blocked request's PrefixHit while the version is unchanged
         self.version = 0
+
+    def count_only(self) -> None:
+        """Swap the empty pool for a :class:`CountingPool`: without prefix caching no block
+        is ever cached, so none is ever found and only how many are free matters. Refused with
+        prefix caching (a preempted request finds its own blocks again) or blocks in use."""
+        if self.config.prefix_caching or self.pool.num_used:
+            raise ValueError("only an empty pool without prefix caching can count")
+        self.pool = CountingPool(self.pool.num_blocks, num_kinds=3)
 
     def attach_store(self, store: RemoteTier) -> None:
         """Put a (shared) remote KV store below the CPU tier (``simulator.cache.remote_tier``):

@@ -36,6 +36,7 @@ from typing import Protocol
 
 from simulator.cache.block_pool import BlockPool
 from simulator.cache.config import CacheConfig
+from simulator.cache.counting_pool import CountingPool
 from simulator.cache.offload import STATE, CpuTier
 
 
@@ -76,7 +77,9 @@ class PrefixHit:
 NO_HIT = PrefixHit()
 
 
-def _gpu_checkpoint(pool: BlockPool, spaces: Sequence[int], hashes: Sequence[int], hi: int) -> int:
+def _gpu_checkpoint(
+    pool: BlockPool | CountingPool, spaces: Sequence[int], hashes: Sequence[int], hi: int
+) -> int:
     """Largest ``j <= hi`` whose checkpoint (keyed by block ``j-1``) is cached on the GPU in
     every recurrent group (``MambaManager.find_longest_cache_hit``: right to left)."""
     lookup = pool.lookup
@@ -89,7 +92,7 @@ def _gpu_checkpoint(pool: BlockPool, spaces: Sequence[int], hashes: Sequence[int
 
 def find_prefix_hit(
     c: CacheConfig,
-    pool: BlockPool,
+    pool: BlockPool | CountingPool,
     cpu: CpuTier | None,
     prompt_tokens: int,
     block_hashes: Sequence[int],
