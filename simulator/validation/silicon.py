@@ -51,6 +51,7 @@ from simulator.validation.silicon_flags import measured_date, script_flag
 from simulator.validation.silicon_models import MODELS, PRECISIONS
 from simulator.validation.silicon_rows import untrusted_layouts
 from simulator.validation.silicon_serve import serve_flags
+from simulator.validation.silicon_waves import first_wave_ttft_s
 
 CSV_NAME = "silicon_sample.csv"
 
@@ -420,6 +421,8 @@ class SiliconResult:
     sim_tpot_ms: float | None = None  # mean over requests
     sim_ttft_ms_median: float | None = None
     sim_tpot_ms_median: float | None = None
+    # the closed loop's first wave: the ``conc`` requests it sends at once (silicon_waves.py)
+    sim_ttft_ms_first_wave: float | None = None
     wall_s: float = 0.0
 
     @property
@@ -449,6 +452,7 @@ class SiliconResult:
             "err_tpot_pct": self.err_tpot_pct,
             "sim_ttft_ms_median": self.sim_ttft_ms_median,
             "sim_tpot_ms_median": self.sim_tpot_ms_median,
+            "sim_ttft_ms_first_wave": self.sim_ttft_ms_first_wave,
             "wall_s": self.wall_s,
         }
 
@@ -481,6 +485,7 @@ def simulate_point(
         sim_tpot_ms=statistics.fmean(tpots) * 1e3,
         sim_ttft_ms_median=statistics.median(ttft) * 1e3,
         sim_tpot_ms_median=median_tpot_s(e2e, ttft, out) * 1e3,
+        sim_ttft_ms_first_wave=first_wave_ttft_s(done, point.conc) * 1e3,
         wall_s=result.wall_s,
     )
 

@@ -20,6 +20,7 @@ from simulator.validation.silicon_report import (
 )
 from simulator.validation.silicon_serve import serve_rows
 from simulator.validation.silicon_spread import Spread
+from simulator.validation.silicon_waves import wave_paragraph
 
 FLAG_HEADER = [
     "model_path", "system", "precision", "measured", "moe_kernel", "experts over", "flags",
@@ -279,6 +280,7 @@ def render_markdown(
             ["pairs of", "pairs", "configs", "TTFT median", "TTFT P75", "TPOT median", "TPOT P75"],
             spread_rows(report.spread),
         ),
+        first_wave=wave_paragraph(simulated),
     )
 
 
@@ -502,6 +504,7 @@ vllm#51281 and vllm#57330 for priming the detokenizer; docs/engine.md).
 
 ## Caveats and likely gaps
 
+{first_wave}
 - **Median or mean**: the means are read from the package's tooling, not from the CSV;
   against the simulated medians the TTFT error would be larger (the medians are in
   `points.csv`).

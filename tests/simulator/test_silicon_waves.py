@@ -1,0 +1,47 @@
+"""The first-wave diagnostic of the silicon validation: which requests form the burst, its
+share of the simulated mean, and the factor the measured mean would imply."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from simulator.validation.silicon import SiliconResult
+from simulator.validation.silicon_waves import first_wave_ttft_s, wave_paragraph
+from tests.simulator.test_silicon_spread import BASE
+
+
+def test_the_first_wave_is_the_earliest_arrivals() -> None:
+    done = pd.DataFrame(
+        {"request_id": [5, 1, 2, 3, 4], "arrival_s": [0.0, 0.0, 3.0, 0.0, 5.0],
+         "ttft_s": [0.3, 0.1, 9.0, 0.2, 9.0]}
+    )  # fmt: skip
+    assert first_wave_ttft_s(done, 3) == pytest.approx(0.2)  # requests 1, 3, 5
+
+
+def result(measured_ms: float, mean_ms: float, first_ms: float) -> SiliconResult:
+    point = dataclasses.replace(BASE, conc=4, ttft_ms=measured_ms)
+    return SiliconResult(point, 40, "ok", 40, mean_ms, 10.0, mean_ms, 10.0, first_ms)
+
+
+@pytest.mark.parametrize(
+    ("measured", "mean", "first", "share", "factor"),
+    [
+        (100.0, 100.0, 250.0, "25%", "1.00x"),  # exact: no factor needed
+        (130.0, 100.0, 300.0, "30%", "2.00x"),  # 40 x 30 ms more = 120 ms on 4 requests
+    ],
+)
+def test_share_and_implied_factor(
+    measured: float, mean: float, first: float, share: str, factor: str
+) -> None:
+    text = wave_paragraph([result(measured, mean, first)] * 4)
+    assert f"median {share} of the summed TTFT" in text
+    assert f"need the first wave {factor} the simulated one" in text
+
+
+def test_too_few_points_or_failed_ones_say_nothing() -> None:
+    assert wave_paragraph([result(100.0, 100.0, 250.0)] * 3) == ""
+    failed = dataclasses.replace(result(100.0, 100.0, 250.0), status="not simulated: x")
+    assert wave_paragraph([failed] * 8) == ""
