@@ -17,10 +17,10 @@ from simulator.validation.silicon_report import (
     by_model_system,
     by_system,
     group_error,
+    wave_paragraph,
 )
 from simulator.validation.silicon_serve import serve_rows
 from simulator.validation.silicon_spread import Spread
-from simulator.validation.silicon_waves import wave_paragraph
 
 FLAG_HEADER = [
     "model_path", "system", "precision", "measured", "moe_kernel", "experts over", "flags",

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from simulator.validation.silicon import SiliconResult
-from simulator.validation.silicon_waves import first_wave_ttft_s, wave_paragraph
+from simulator.validation.silicon_report import wave_paragraph
+from simulator.validation.silicon_waves import first_wave_ttft_s
 from tests.simulator.test_silicon_spread import BASE
 
 
@@ -36,7 +37,7 @@ def result(measured_ms: float, mean_ms: float, first_ms: float) -> SiliconResult
 def test_share_and_implied_factor(
     measured: float, mean: float, first: float, share: str, factor: str
 ) -> None:
-    text = wave_paragraph([result(measured, mean, first)] * 4)
+    text = " ".join(wave_paragraph([result(measured, mean, first)] * 4).split())  # unwrapped
     assert f"median {share} of the summed TTFT" in text
     assert f"need the first wave {factor} the simulated one" in text
 
