@@ -175,7 +175,7 @@ def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def wave_paragraph(results: Sequence[Any]) -> str:
+def wave_paragraph(results: Sequence[SiliconResult]) -> str:
     """The caveat's text from the simulated points (``SiliconResult`` rows that ran)."""
     share, factor = [], []
     for r in results:
