@@ -170,9 +170,30 @@ def _shifted(
     progress(offset + done, total, result)  # one bar over every replicate
 
 
+# the InferenceX client warms the server up with 2 x conc requests, at the same concurrency,
+# before the timed run since this commit date (SemiAnalysisAI/InferenceX d053ae24e, #480:
+# benchmark_lib.sh passes --num-warmups $((2 * max_concurrency))); rows measured earlier ran
+# on a server whose first timed burst was its first traffic
+WARMUP_SINCE = "2026-01-21"
+
+
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
+
+
+def _era(results: Sequence[SiliconResult], warm: bool, model: str | None = None) -> str:
+    rows = [
+        r for r in results
+        if r.ok and r.point.measured is not None
+        and (r.point.measured >= WARMUP_SINCE) == warm
+        and (model is None or r.point.card == model)
+    ]  # fmt: skip
+    errs = [e for r in rows if (e := r.err_ttft_pct) is not None]
+    if not errs:
+        return "none"
+    ape = statistics.median(abs(e) for e in errs)
+    return f"{ape:.1f} % (bias {statistics.median(errs):+.1f} %, {len(errs)} points)"
 
 
 def wave_paragraph(results: Sequence[SiliconResult]) -> str:
@@ -191,6 +212,13 @@ def wave_paragraph(results: Sequence[SiliconResult]) -> str:
         return ""
     s1, s2, s3 = _quartiles(share)
     f1, f2, f3 = _quartiles(factor)
+    both = sorted(
+        {r.point.card for r in results if r.point.measured and r.point.measured < WARMUP_SINCE}
+        & {r.point.card for r in results if r.point.measured and r.point.measured >= WARMUP_SINCE}
+    )
+    per_model = "".join(
+        f" {m}: {_era(results, False, m)} before, {_era(results, True, m)} after;" for m in both
+    )
     return textwrap.fill(
         "- **The first wave**: the client starts `conc` requests at once and counts them in the"
         " mean. In the simulation that first tenth of the requests carries a median"
@@ -199,9 +227,15 @@ def wave_paragraph(results: Sequence[SiliconResult]) -> str:
         " for a good part an error on that burst. Were every later request simulated exactly,"
         f" the measured means would need the first wave {f2:.2f}x the simulated one (median;"
         f" quartiles {f1:.2f} to {f3:.2f}). Cold-start work the simulator does not have"
-        " (kernels compiled or tuned at their first shape, caches filled) would fall there;"
-        " the rows' medians (InferenceX records them, the package does not) would tell the"
-        " burst from the steady state. A diagnostic only: nothing was changed by it.",
+        " (kernels compiled or tuned at their first shape) would fall there, but only before"
+        f" {WARMUP_SINCE}: since then the InferenceX client first sends 2 x conc warm-up"
+        " requests at the same concurrency (SemiAnalysisAI/InferenceX d053ae24e, #480). TTFT"
+        f" median APE of rows measured before: {_era(results, False)}; on or after:"
+        f" {_era(results, True)}; models with rows of both:{per_model} the models differ"
+        " between the two sets and so do the vLLM versions, so read this as a hint, not a"
+        " measurement of cold start. The rows' medians (InferenceX records them, the package"
+        " does not) would tell the burst from the steady state. A diagnostic only: nothing"
+        " was changed by it.",
         width=92,
         subsequent_indent="  ",
     )

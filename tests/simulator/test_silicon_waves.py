@@ -46,3 +46,17 @@ def test_too_few_points_or_failed_ones_say_nothing() -> None:
     assert wave_paragraph([result(100.0, 100.0, 250.0)] * 3) == ""
     failed = dataclasses.replace(result(100.0, 100.0, 250.0), status="not simulated: x")
     assert wave_paragraph([failed] * 8) == ""
+
+
+def test_rows_before_and_after_the_clients_warm_up_are_told_apart() -> None:
+    def dated(day: str, measured: float, model: str = "llama-3.3-70b") -> SiliconResult:
+        r = result(measured, 100.0, 250.0)
+        return dataclasses.replace(r, point=dataclasses.replace(r.point, measured=day, card=model))
+
+    rows = [dated("2025-12-01", 150.0)] * 3 + [dated("2026-02-01", 110.0)] * 2
+    rows += [dated("2026-03-01", 125.0, "minimax-m2.5")] * 2
+    text = " ".join(wave_paragraph(rows).split())
+    assert "before: 33.3 % (bias -33.3 %, 3 points)" in text  # 100 simulated vs 150 measured
+    assert "on or after: 14.5 % (bias -14.5 %, 4 points)" in text  # 9.1 % and 20 %: median
+    assert "llama-3.3-70b: 33.3 % (bias -33.3 %, 3 points) before, 9.1 %" in text
+    assert "minimax-m2.5:" not in text  # measured after only
