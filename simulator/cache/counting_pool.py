@@ -60,12 +60,8 @@ class CountingPool:
             return
         self._num_free += len(tags)
         used = self._used_kind
-        first = tags[0]
-        if tags.count(first) == len(tags):  # one allocation kind (every caller's case)
-            used[first] -= len(tags)
-        else:
-            for kind in set(tags):
-                used[kind] -= tags.count(kind)
+        for kind in set(tags):  # one kind in every caller's list
+            used[kind] -= tags.count(kind)
         if self._num_free > self.num_blocks or min(used) < 0:
             raise ValueError("blocks freed more often than they were taken")
 
