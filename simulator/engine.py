@@ -203,7 +203,9 @@ class Replica:
         assert self.in_progress is not None
         start, step_s, steps, prompt_computed, waiting, plan = self.in_progress
         # only a fast-forwarded run has tokens that reached the client before its end
-        decodes = [e[0] for e in plan.entries if e[3]] if steps > 1 else []
+        decodes = []
+        if steps > 1:
+            decodes = self.sched.running[: plan.cohort] + [e[0] for e in plan.entries if e[3]]
         return OpenStep(
             self.id, start, step_s, steps, prompt_computed, waiting, decodes, self.output_delay_s
         )
@@ -260,6 +262,11 @@ class Replica:
         dec_n = dec_tok = pre_n = pre_tok = 0
         dec_kv = dec_kv_w = dec_kv_s = 0.0
         pre_kv = pre_kv_w = pairs = pairs_w = pairs_s = 0.0
+        if plan.cohort:  # lockstep decodes (only without a window or a sparse span)
+            ls = self.sched.lockstep
+            assert ls is not None
+            dec_n = dec_tok = plan.cohort
+            dec_kv += ls.context_tokens() + plan.cohort
         if window == math.inf and span == math.inf:  # no window, no sparse span: the plain sums
             for _, new, ctx, decode in plan.entries:
                 if decode:
@@ -315,16 +322,24 @@ class Replica:
             return 1
         if s.waiting and len(s.running) < s.max_num_seqs:
             return 1  # each step would try to admit
-        if len(plan.entries) != len(s.running):
+        if len(plan.entries) + plan.cohort != len(s.running):
             return 1
         if any(not decode or n != 1 for _, n, _, decode in plan.entries):
             return 1
-        steps = min(r.request.output_tokens - r.generated for r, _, _, _ in plan.entries)
+        steps = min(
+            (r.request.output_tokens - r.generated for r, _, _, _ in plan.entries),
+            default=MAX_FAST_FORWARD,
+        )
+        if plan.cohort:
+            assert s.lockstep is not None
+            steps = min(steps, s.lockstep.min_remaining())
         steps = min(steps, MAX_FAST_FORWARD)
         if steps <= 1:
             return 1
-        # every request must be able to hold the tokens of all the steps
+        # every request must be able to hold the tokens of all the steps (running order)
         grow = s.cache.grow
+        if plan.cohort:
+            steps = s.lockstep.reserve(steps, grow)  # type: ignore[union-attr]
         for r, _, _, _ in plan.entries:
             while steps > 1 and r.computed + steps > r.kv_cap:
                 cap = grow(r.req_id, r.computed + steps)
@@ -344,6 +359,13 @@ class Replica:
         finished: list[ReqState] = []
         token_s = end + delay
         lazy_past = s.block_tokens if s.lazy_ids else -1  # see Scheduler.commit
+        if plan.cohort:  # first in running order, as in Scheduler.commit
+            ls = s.lockstep
+            assert ls is not None
+            ls.record(token_s, step_s, steps)
+            while (member := ls.next_finish()) is not None:
+                s.finish(member, token_s)
+                finished.append(member)
         for req, _, _, _ in plan.entries:
             before = req.computed
             req.computed = before + steps
@@ -562,6 +584,8 @@ class Engine:
 
     def _record_end(self) -> None:
         """What the run left unfinished, for the window metrics (``metrics.summarize``)."""
+        for r in self.replicas:
+            r.sched.sync_lockstep()
         rec = self.recorder
         rec.end_s = self.env.now
         rec.workload_ended = self.replay.done

@@ -35,6 +35,7 @@ from typing import Protocol
 from simulator.cache.block_pool import SINK
 from simulator.cache.prefix import HitLike as PrefixHitLike
 from simulator.cache.prefix import PrefixHit
+from simulator.lockstep import NO_STEP_S, Lockstep
 from simulator.workload.request import Request, scope_key
 
 
@@ -117,6 +118,16 @@ class ReqState:
     # tokens its KV blocks hold without another ``grow`` (what the last one returned; 0 when
     # it holds none): the scheduler skips the call below it
     kv_cap: int = 0
+    # when it joined the running list (the order of ``Scheduler.running``; a counter)
+    run_seq: int = 0
+    # lockstep decode accounting (``simulator.lockstep``): where it stood when it joined the
+    # cohort (tick, computed, generated, log length) and its heap stamps (-1: no member)
+    ls_base: int = 0
+    ls_computed: int = 0
+    ls_generated: int = 0
+    ls_log: int = 0
+    ls_grow: int = -1
+    ls_fin: int = -1
     # disaggregation (all unused in aggregated runs)
     remote_tokens: int = 0  # computed tokens once a remote read lands; cleared at admission
     keep_blocks: bool = False  # finished: the scheduler holds its blocks until released
@@ -161,10 +172,13 @@ class StepPlan:
     entries: list[tuple[ReqState, int, int, bool]]
     preempted: list[ReqState]
     started_loads: list[ReqState]
+    # decodes of the lockstep cohort (``Scheduler.running[:cohort]``), one token each, not
+    # in ``entries``
+    cohort: int = 0
 
     @property
     def num_tokens(self) -> int:
-        return sum(e[1] for e in self.entries)
+        return sum(e[1] for e in self.entries) + self.cohort
 
 
 class Scheduler:
@@ -201,6 +215,9 @@ class Scheduler:
         # in the free queue matters
         self.lazy_ids = False
         self.sink_finished = False
+        # steady decodes in lockstep (``simulator.lockstep``; set where it applies)
+        self.lockstep: Lockstep | None = None
+        self._run_seq = 0
 
     # ---------------------------------------------------------------- queue
 
@@ -217,6 +234,12 @@ class Scheduler:
             return False
         self.waiting.append(state)
         return True
+
+    def sync_lockstep(self) -> None:
+        """Bring every cohort member's own fields up to now (what the end of a run reads)."""
+        if self.lockstep is not None:
+            for req in self.running[: self.lockstep.size]:
+                self.lockstep.sync(req)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.loading or self.holding)
@@ -242,6 +265,8 @@ class Scheduler:
     def finish(self, req: ReqState, token_s: float) -> None:
         """A request emitted its last token (reaching the client at ``token_s``): it leaves
         the running list and frees its blocks, or keeps them (``keep_blocks``: ``held``)."""
+        if req.ls_fin >= 0:
+            self.lockstep.leave(req)  # type: ignore[union-attr]
         req.status = Status.FINISHED
         req.finish_s = token_s
         self.running.remove(req)
@@ -272,6 +297,23 @@ class Scheduler:
 
         i = 0
         running, k, grow = self.running, self.k, self.cache.grow
+        ls = self.lockstep
+        if ls is not None and ls.size:
+            # the cohort's decodes: only members whose blocks are full need one more
+            while (req := ls.next_grow()) is not None:
+                need = ls.computed(req) + 1
+                while not (cap := grow(req.req_id, need)):
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is req:
+                        break
+                if req.status is not Status.RUNNING:
+                    continue  # it preempted itself
+                req.kv_cap = cap
+                ls.regrown(req)
+            i = ls.size
+            budget -= i
         while i < len(running) and budget > 0:
             req = running[i]
             total = req.prompt_tokens + req.generated  # num_tokens, inlined (hot loop)
@@ -295,7 +337,10 @@ class Scheduler:
                 if req.status is not Status.RUNNING:
                     continue  # it preempted itself
                 req.kv_cap = cap
-            entries.append((req, num_new, computed, decode))
+            if decode and ls is not None and i == ls.size:
+                ls.join(req)  # the first decode right after the cohort
+            else:
+                entries.append((req, num_new, computed, decode))
             budget -= num_new
             i += 1
 
@@ -367,7 +412,7 @@ class Scheduler:
             victim = self.holding[-1]
             self._preempt(victim)
             preempted.append(victim)
-        return StepPlan(entries, preempted, started)
+        return StepPlan(entries, preempted, started, ls.size if ls is not None else 0)
 
     def commit(
         self, plan: StepPlan, token_s: float, accepted: AcceptanceSampler | None = None
@@ -382,6 +427,13 @@ class Scheduler:
         same delay for every step, so a request's token times never go backwards.
         """
         finished: list[ReqState] = []
+        if plan.cohort:  # the cohort's decodes come first in running order
+            ls = self.lockstep
+            assert ls is not None
+            ls.record(token_s, NO_STEP_S, 1)
+            while (member := ls.next_finish()) is not None:
+                self.finish(member, token_s)
+                finished.append(member)
         # lazy ids: a commit past the prompt's chain-id blocks has nothing to cache
         lazy_past = self.block_tokens if self.lazy_ids else -1
         for req, num_new, _, _ in plan.entries:
@@ -471,6 +523,8 @@ class Scheduler:
         self, req: ReqState, num_new: int, entries: list[tuple[ReqState, int, int, bool]]
     ) -> None:
         req.status = Status.RUNNING
+        self._run_seq += 1
+        req.run_seq = self._run_seq
         self.running.append(req)
         entries.append((req, num_new, req.computed, not req.prefilling))
 
@@ -496,6 +550,8 @@ class Scheduler:
     def _preempt(self, req: ReqState) -> None:
         """Free a running request's blocks (or a landed load's: ``holding``) and put it at the
         front of the queue, to recompute what it does not hit."""
+        if req.ls_fin >= 0:
+            self.lockstep.leave(req)  # type: ignore[union-attr]
         if req.status is Status.LOADING:
             self.holding.remove(req)
         else:

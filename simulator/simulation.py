@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from simulator import catalog
+from simulator import catalog, lockstep
 from simulator.cost.latency import LatencyModels
 from simulator.cost.shapes import CATEGORIES
 from simulator.cost.step import StepCostModel
@@ -194,6 +194,8 @@ def _replica_parts(
     scheduler.lazy_ids = lazy_output_ids(
         config.prefix_caching, tiers, config.state_groups, disaggregated
     )
+    if lockstep.applies(scheduler, cost.window, cost.sparse_span):
+        scheduler.lockstep = lockstep.Lockstep()
     load_bytes: Callable[[HitLike], float] = cache.load_bytes  # type: ignore[assignment]
     if cache.store is not None:
         load_bytes = load_bytes_with_store(load_bytes, cache.store, device.host_link)

@@ -1,0 +1,187 @@
+"""Decode accounting in lockstep: a replica's steady decodes advanced by one clock.
+
+In a vLLM step every running request that is past its prompt decodes one token (the token
+budget is never short of the running count when ``max_num_batched_tokens >=
+max_num_seqs``). Walking those requests one by one in every step (their counters, their
+block capacity, their token times) was most of the engine loop on long-output workloads.
+Here the decodes at the head of the running list form a *cohort*: ``Scheduler.running[:size]``.
+A member's state is kept as where it stood when it joined (its computed and generated
+tokens, ``ls_computed`` / ``ls_generated``, at the cohort's tick ``ls_base``) plus the ticks
+since, one per committed cohort step (a fast-forwarded run counts its steps). The cohort keeps:
+
+- the sum of its members' context (``context_tokens``): what step pricing needs of them;
+- a heap of the tick at which each member's blocks are full (``kv_cap``): only those members
+  are visited in a step, in running order, to take their next block;
+- a heap of the tick at which each member has all its output tokens: its finish;
+- a log of the cohort's steps (when their tokens reached the client, and for a fast-forwarded
+  run its step time and step count). A member's inter-token runs are written from the log
+  when it leaves (finish, preemption) or when the run's end reads it (``sync``): the same
+  numbers, in the same order, as one append per step would have made.
+
+So a step costs O(members whose blocks fill or who finish), not O(running requests). The
+cohort is a prefix of the running list: requests join at its end (the first decode right
+after it, in running order), and leave from anywhere (a finish) or from its end (a
+preemption takes ``running[-1]``), so the prefix stays a prefix. It is used only where
+nothing else reads a decode's state while it runs: no speculative decoding, lazy output ids
+(nothing to cache per step), no sliding window or sparse span (context sums are plain
+sums), aggregated serving (``simulation._replica_parts``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simulator.scheduler import ReqState, Scheduler
+
+# off only to compare with the per-request path (tests, benchmarks); the answers are the same
+ENABLED = True
+NO_STEP_S = float("nan")  # a log entry of one step: its gap is the time since the last token
+_F64 = 8  # bytes per log value
+
+
+def applies(sched: Scheduler, window: float, sparse_span: float) -> bool:
+    """Whether a replica's decodes can run in lockstep (see the module docstring); lazy
+    output ids already rule out disaggregation, a CPU tier and recurrent state."""
+    return (
+        ENABLED
+        and sched.lazy_ids
+        and sched.k == 0
+        and window == math.inf
+        and sparse_span == math.inf
+        and sched.token_budget >= sched.max_num_seqs
+    )
+
+
+class Lockstep:
+    """One replica's cohort of steady decodes (see the module docstring)."""
+
+    __slots__ = ("_stamp", "ctx_offset", "finishes", "grows", "log", "size", "tick")
+
+    def __init__(self) -> None:
+        self.size = 0  # members: the scheduler's running[:size]
+        self.tick = 0  # cohort steps committed so far (a fast-forwarded run counts its steps)
+        self.ctx_offset = 0  # sum over members of (ls_computed - ls_base)
+        # (due tick, run_seq, stamp, member): valid while the member holds that stamp
+        self.grows: list[tuple[int, int, int, ReqState]] = []
+        self.finishes: list[tuple[int, int, int, ReqState]] = []
+        # per cohort step: token time, step seconds (NO_STEP_S for one step), steps
+        self.log = (array("d"), array("d"), array("d"))
+        self._stamp = 0
+
+    def context_tokens(self) -> int:
+        """Sum of the members' computed tokens now."""
+        return self.ctx_offset + self.size * self.tick
+
+    def computed(self, req: ReqState) -> int:
+        return req.ls_computed + self.tick - req.ls_base
+
+    def join(self, req: ReqState) -> None:
+        """``req`` (a decode, right after the cohort in running order, its blocks taken for
+        this step) becomes its last member; this step's token is the cohort's."""
+        t = self.tick
+        req.ls_base, req.ls_computed, req.ls_generated = t, req.computed, req.generated
+        req.ls_log = len(self.log[0])
+        self.size += 1
+        self.ctx_offset += req.computed - t
+        self.regrown(req)
+        self._stamp += 1
+        req.ls_fin = self._stamp
+        due = t + req.request.output_tokens - req.generated
+        heapq.heappush(self.finishes, (due, req.run_seq, self._stamp, req))
+
+    def regrown(self, req: ReqState) -> None:
+        """(Re)file the member under the tick at which its blocks are full (``kv_cap``)."""
+        self._stamp += 1
+        req.ls_grow = self._stamp
+        due = req.ls_base + req.kv_cap - req.ls_computed
+        heapq.heappush(self.grows, (due, req.run_seq, self._stamp, req))
+
+    def next_grow(self) -> ReqState | None:
+        """The next member (running order) whose next token needs another block now."""
+        heap = self.grows
+        while heap and heap[0][0] <= self.tick:
+            _, _, stamp, req = heapq.heappop(heap)
+            if req.ls_grow == stamp:
+                return req
+        return None
+
+    def next_finish(self) -> ReqState | None:
+        """The next member (running order) that has all its output tokens now."""
+        heap = self.finishes
+        while heap and heap[0][0] <= self.tick:
+            _, _, stamp, req = heapq.heappop(heap)
+            if req.ls_fin == stamp:
+                return req
+        return None
+
+    def min_remaining(self) -> int:
+        """Fewest output tokens a member still has to make."""
+        heap = self.finishes
+        while heap[0][3].ls_fin != heap[0][2]:
+            heapq.heappop(heap)
+        return heap[0][0] - self.tick
+
+    def reserve(self, steps: int, grow: Callable[[int, int], int]) -> int:
+        """Fast-forward: blocks for ``steps`` more tokens of every member, in running order,
+        halving ``steps`` where they do not fit (``Replica._fast_forward_steps``)."""
+        heap, limit, due = self.grows, self.tick + steps, []
+        while heap and heap[0][0] < limit:  # only these hold fewer than ``steps`` more
+            _, seq, stamp, req = heapq.heappop(heap)
+            if req.ls_grow == stamp:
+                due.append((seq, req))
+        due.sort(key=lambda d: d[0])
+        for _, r in due:
+            computed = self.computed(r)
+            while steps > 1 and computed + steps > r.kv_cap:
+                cap = grow(r.req_id, computed + steps)
+                if cap:
+                    r.kv_cap = cap
+                    break
+                steps //= 2
+            self.regrown(r)
+        return steps
+
+    def record(self, token_s: float, step_s: float, steps: int) -> None:
+        """The cohort's tokens of a committed step (``step_s`` NO_STEP_S) or of a run of
+        ``steps`` fast-forwarded steps ``step_s`` apart reached the client at ``token_s``."""
+        ts, ss, ns = self.log
+        ts.append(token_s)
+        ss.append(step_s)
+        ns.append(steps)
+        self.tick += steps
+
+    def sync(self, req: ReqState) -> None:
+        """Bring a member's own fields up to now: computed, generated, its token runs."""
+        done = self.tick - req.ls_base
+        if done:
+            a, b = req.ls_log, len(self.log[0])
+            req.computed = req.ls_computed + done
+            req.generated = req.ls_generated + done
+            views = [np.frombuffer(c, np.float64, b - a, a * _F64) for c in self.log]
+            ts, ss, ns = views
+            prev = np.empty(b - a)
+            prev[0] = req.last_token_s
+            prev[1:] = ts[:-1]
+            runs = np.empty(2 * (b - a))
+            runs[0::2] = np.where(np.isnan(ss), ts - prev, ss)
+            runs[1::2] = ns
+            req.itl_runs.frombytes(runs.tobytes())
+            req.itl_end_s.frombytes(ts.tobytes())
+            req.last_token_s = float(ts[-1])
+            del views, ts, ss, ns  # release the log's buffers: it grows again
+            req.ls_base, req.ls_computed, req.ls_generated = self.tick, req.computed, req.generated
+            req.ls_log = b
+
+    def leave(self, req: ReqState) -> None:
+        """A member finishes or is preempted: its fields up to date, out of the cohort."""
+        self.sync(req)
+        self.size -= 1
+        self.ctx_offset -= req.ls_computed - req.ls_base
+        req.ls_grow = req.ls_fin = -1
