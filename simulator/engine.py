@@ -262,11 +262,12 @@ class Replica:
         dec_n = dec_tok = pre_n = pre_tok = 0
         dec_kv = dec_kv_w = dec_kv_s = 0.0
         pre_kv = pre_kv_w = pairs = pairs_w = pairs_s = 0.0
-        if plan.cohort:  # lockstep decodes (only without a window or a sparse span)
+        if plan.cohort:  # the lockstep decodes: one token each on their context
             ls = self.sched.lockstep
             assert ls is not None
             dec_n = dec_tok = plan.cohort
             dec_kv += ls.context_tokens() + plan.cohort
+            dec_kv_w, dec_kv_s = ls.capped_context(0), ls.capped_context(1)
         if window == math.inf and span == math.inf:  # no window, no sparse span: the plain sums
             for _, new, ctx, decode in plan.entries:
                 if decode:

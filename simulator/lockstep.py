@@ -23,8 +23,9 @@ cohort is a prefix of the running list: requests join at its end (the first deco
 after it, in running order), and leave from anywhere (a finish) or from its end (a
 preemption takes ``running[-1]``), so the prefix stays a prefix. It is used only where
 nothing else reads a decode's state while it runs: no speculative decoding, lazy output ids
-(nothing to cache per step), no sliding window or sparse span (context sums are plain
-sums), aggregated serving (``simulation._replica_parts``).
+(nothing to cache per step), aggregated serving (``simulation._replica_parts``). A sliding
+window or a sparse span caps what each decode attends: per cap, the members still below it
+are counted apart, and a heap says when each reaches it, so the capped sums stay exact.
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ _F64 = 8  # bytes per log value
 def applies(sched: Scheduler, window: float, sparse_span: float) -> bool:
     """Whether a replica's decodes can run in lockstep (see the module docstring); lazy
     output ids already rule out disaggregation, a CPU tier and recurrent state."""
+    whole = all(c == math.inf or float(c).is_integer() for c in (window, sparse_span))
     return (
         ENABLED
         and sched.lazy_ids
         and sched.k == 0
-        and window == math.inf
-        and sparse_span == math.inf
+        and whole  # capped sums of whole numbers: exact in any order
         and sched.token_budget >= sched.max_num_seqs
     )
 
@@ -62,9 +63,12 @@ def applies(sched: Scheduler, window: float, sparse_span: float) -> bool:
 class Lockstep:
     """One replica's cohort of steady decodes (see the module docstring)."""
 
-    __slots__ = ("_stamp", "ctx_offset", "finishes", "grows", "log", "size", "tick")
+    __slots__ = (
+        "_stamp", "below", "below_offset", "caps", "crossings", "ctx_offset", "finishes",
+        "grows", "log", "size", "tick",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, window: float = math.inf, sparse_span: float = math.inf) -> None:
         self.size = 0  # members: the scheduler's running[:size]
         self.tick = 0  # cohort steps committed so far (a fast-forwarded run counts its steps)
         self.ctx_offset = 0  # sum over members of (ls_computed - ls_base)
@@ -74,6 +78,13 @@ class Lockstep:
         # per cohort step: token time, step seconds (NO_STEP_S for one step), steps
         self.log = (array("d"), array("d"), array("d"))
         self._stamp = 0
+        # a sliding window and a sparse span cap each decode's attended context: per cap,
+        # the members whose context is still below it (their count and offset sum; bit j of
+        # ``ls_below``) and a heap of the ticks at which they reach it
+        self.caps = (window, sparse_span)
+        self.below = [0, 0]
+        self.below_offset = [0, 0]
+        self.crossings: tuple[list[tuple[int, int, int, ReqState]], ...] = ([], [])
 
     def context_tokens(self) -> int:
         """Sum of the members' computed tokens now."""
@@ -81,6 +92,22 @@ class Lockstep:
 
     def computed(self, req: ReqState) -> int:
         return req.ls_computed + self.tick - req.ls_base
+
+    def capped_context(self, j: int) -> float:
+        """Sum over members of min(this step's context, cap j): ``Replica._shape``'s
+        ``min(kv, window)`` (j = 0) or ``min(kv, sparse_span)`` (j = 1) for each decode."""
+        cap = self.caps[j]
+        if cap == math.inf:
+            return float(self.context_tokens() + self.size)
+        heap, bit = self.crossings[j], 1 << j
+        while heap and heap[0][0] <= self.tick:  # members whose context reached the cap
+            _, _, stamp, req = heapq.heappop(heap)
+            if req.ls_fin == stamp and req.ls_below & bit:
+                req.ls_below &= ~bit
+                self.below[j] -= 1
+                self.below_offset[j] -= req.ls_computed - req.ls_base
+        n = self.below[j]
+        return self.below_offset[j] + n * (self.tick + 1) + (self.size - n) * cap
 
     def join(self, req: ReqState) -> None:
         """``req`` (a decode, right after the cohort in running order, its blocks taken for
@@ -95,6 +122,14 @@ class Lockstep:
         req.ls_fin = self._stamp
         due = t + req.request.output_tokens - req.generated
         heapq.heappush(self.finishes, (due, req.run_seq, self._stamp, req))
+        req.ls_below = 0
+        for j, cap in enumerate(self.caps):
+            if req.computed + 1 < cap < math.inf:  # below it: reaches it at tick ``cross``
+                req.ls_below |= 1 << j
+                self.below[j] += 1
+                self.below_offset[j] += req.computed - t
+                cross = t + int(cap) - 1 - req.computed
+                heapq.heappush(self.crossings[j], (cross, req.run_seq, self._stamp, req))
 
     def regrown(self, req: ReqState) -> None:
         """(Re)file the member under the tick at which its blocks are full (``kv_cap``)."""
@@ -183,5 +218,11 @@ class Lockstep:
         """A member finishes or is preempted: its fields up to date, out of the cohort."""
         self.sync(req)
         self.size -= 1
-        self.ctx_offset -= req.ls_computed - req.ls_base
+        offset = req.ls_computed - req.ls_base
+        self.ctx_offset -= offset
+        for j in (0, 1):
+            if req.ls_below & 1 << j:
+                self.below[j] -= 1
+                self.below_offset[j] -= offset
         req.ls_grow = req.ls_fin = -1
+        req.ls_below = 0

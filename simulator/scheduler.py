@@ -128,6 +128,7 @@ class ReqState:
     ls_log: int = 0
     ls_grow: int = -1
     ls_fin: int = -1
+    ls_below: int = 0  # bit j: its context is below cap j (window, sparse span)
     # disaggregation (all unused in aggregated runs)
     remote_tokens: int = 0  # computed tokens once a remote read lands; cleared at admission
     keep_blocks: bool = False  # finished: the scheduler holds its blocks until released

@@ -195,7 +195,7 @@ def _replica_parts(
         config.prefix_caching, tiers, config.state_groups, disaggregated
     )
     if lockstep.applies(scheduler, cost.window, cost.sparse_span):
-        scheduler.lockstep = lockstep.Lockstep()
+        scheduler.lockstep = lockstep.Lockstep(cost.window, cost.sparse_span)
     load_bytes: Callable[[HitLike], float] = cache.load_bytes  # type: ignore[assignment]
     if cache.store is not None:
         load_bytes = load_bytes_with_store(load_bytes, cache.store, device.host_link)

@@ -4,7 +4,8 @@ Each case is simulated with the cohort and with the per-request path (``lockstep
 off) and must give the same summary and, request by request, the same token times:
 preemptions of cohort members, prefix caching on and off, multi-turn sessions (renamed
 output blocks), open-loop arrivals that cut fast-forwarded runs, a run that ends mid-step, DP
-replicas, MLA, a small ``max_num_seqs``."""
+replicas, MLA, a small ``max_num_seqs``, decodes whose context reaches a sliding window or a
+sparse span."""
 
 from __future__ import annotations
 
@@ -26,6 +27,20 @@ RANDOM = {"kind": "random", "input_tokens": 3000, "output_tokens": 400, "num_req
 POISSON = {"kind": "random", "input_tokens": 2500, "output_tokens": 300, "num_requests": 400,
            "request_rate_per_s": 2.0}  # fmt: skip
 CHAT = {"kind": "chat", "sessions": 50, "concurrency": 20}
+SHORT = {
+    "kind": "random",
+    "input_tokens": 110,
+    "output_tokens": 300,
+    "num_requests": 120,
+    "concurrency": 40,
+}  # fmt: skip  (prompts inside gpt-oss's 128-token window)
+NEAR_SPAN = {
+    "kind": "random",
+    "input_tokens": 1950,
+    "output_tokens": 300,
+    "num_requests": 60,
+    "concurrency": 24,
+}  # fmt: skip  (prompts just inside GLM-5's 2,048-token span)
 CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], float]] = {
     # name: model, device, workload, serving, duration_s
     "preemptions": ("llama-3.1-8b", "h100", RANDOM, {"kv_cache_memory_bytes": 3.0e9}, 300.0),
@@ -36,7 +51,10 @@ CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], float]] = {
     "dp2": ("qwen3-32b", "h100", RANDOM, {"tp": 2, "dp": 2}, 300.0),
     "mla": ("kimi-k2.5", "h200", RANDOM, {"tp": 8}, 300.0),
     "few-seqs": ("llama-3.1-8b", "h100", RANDOM, {"max_num_seqs": 12}, 300.0),
+    "sliding-window": ("gpt-oss-120b", "b200", SHORT, {"tp": 1}, 300.0),
+    "sparse-span": ("glm-5-fp8", "h200", NEAR_SPAN, {"tp": 8}, 300.0),
 }  # fmt: skip
+CROSSES = {"sliding-window": 0, "sparse-span": 1}  # cases whose decodes reach a cap
 
 
 def _scenario(case: str) -> Scenario:
@@ -76,8 +94,20 @@ def test_lockstep_gives_the_per_request_paths_answers(
         joined.append(req.req_id)
         join(self, req)
 
+    below: list[int] = []
+    capped = Lockstep.capped_context
+
+    def count(self: Lockstep, j: int) -> float:
+        if j == CROSSES.get(case):
+            below.append(self.below[j])
+        return capped(self, j)
+
     monkeypatch.setattr(Lockstep, "join", spy)
+    monkeypatch.setattr(Lockstep, "capped_context", count)
     fast = simulate(_scenario(case))
+    if case in CROSSES:  # members joined below the cap and reached it while decoding
+        assert max(below) > 0
+        assert below[-1] < max(below)
     assert joined, "the case runs decodes in lockstep"
     monkeypatch.setattr(lockstep, "ENABLED", False)
     joined.clear()
@@ -161,7 +191,8 @@ def test_members_take_blocks_and_finish_when_due_in_running_order() -> None:
 @pytest.mark.parametrize(
     ("change", "applies"),
     [({}, True), ({"k": 2}, False), ({"lazy_ids": False}, False),
-     ({"token_budget": 64}, False), ({"window": 4096.0}, False), ({"span": 2048.0}, False)],
+     ({"token_budget": 64}, False), ({"window": 4096.0}, True), ({"span": 2048.0}, True),
+     ({"window": 100.5}, False)],
 )  # fmt: skip
 def test_lockstep_applies_only_where_nothing_reads_a_decode_while_it_runs(
     change: dict[str, Any], applies: bool
