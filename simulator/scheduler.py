@@ -66,7 +66,7 @@ class CacheLike(Protocol):
     def grow(self, req_id: int, total_tokens: int) -> int: ...
     def commit(
         self, req_id: int, computed_tokens: int, new_block_hashes: Sequence[int] = ()
-    ) -> None: ...
+    ) -> bool: ...
     def free(self, req_id: int) -> None: ...
     def num_blocks_of(self, req_id: int) -> int: ...
     def next_checkpoint(self, req_id: int) -> int | None: ...
@@ -473,13 +473,18 @@ class Scheduler:
 
         With lazy ids, once every prompt block with a chain id has been committed (cached:
         another request may hit it) a commit has nothing to cache until the free names the
-        output blocks, and is skipped; the free's commit brings the count up to date."""
+        output blocks, and is skipped; the free's commit brings the count up to date.
+
+        A recurrent-state crossing that could not re-take a page leaves ``kv_cap`` at 0, so the
+        request grows again before its next step."""
         if self.lazy_ids:
             if before >= len(req.block_hashes) * self.block_tokens:
                 return
-            self.cache.commit(req.req_id, computed)
+            short = self.cache.commit(req.req_id, computed)
         else:
-            self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+            short = self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+        if short:
+            req.kv_cap = 0
 
     def _name_output_blocks(self, req: ReqState, sink: bool = False) -> None:
         """Lazy ids: before its blocks are freed, give a request's filled output blocks their

@@ -311,11 +311,12 @@ class KVCacheManager:
         free blocks do not suffice: the scheduler preempts.
 
         Else the tokens the request can reach without another call: its blocks' capacity,
-        which only a later ``grow``, ``free`` or (recurrent groups) a state page it could not
-        re-take at a crossing changes; so with recurrent groups exactly ``total_tokens``."""
+        which only a later ``grow`` or ``free`` changes, or (recurrent groups) a state page it
+        could not re-take at a crossing: ``commit`` says so, and the caller must grow again
+        before the request's next step."""
         r = self._reqs[req_id]
         if total_tokens <= r.cap_tokens and not r.short:
-            return total_tokens if self._s else r.cap_tokens
+            return r.cap_tokens
         c, pool = self.config, self.pool
         add = max(self._attn_blocks(total_tokens) - (len(r.attn[0]) if r.attn else 0), 0)
         swa_add = max(self._swa_blocks(total_tokens) - (len(r.swa[0]) if r.swa else 0), 0)
@@ -335,13 +336,13 @@ class KVCacheManager:
             r.prev, r.short = prev, 0
         self._set_capacity(r)
         self.version += 1
-        return total_tokens if self._s else r.cap_tokens
+        return r.cap_tokens
 
     # ------------------------------------------------------------------ progress / release
 
     def commit(
         self, req_id: Hashable, computed_tokens: int, new_block_hashes: Sequence[int] = ()
-    ) -> None:
+    ) -> bool:
         """Record that ``computed_tokens`` of the request are computed after a step.
 
         ``new_block_hashes`` appends chain hashes of output blocks (the prompt's came with
@@ -349,6 +350,9 @@ class KVCacheManager:
         full, computed and hashed are cached (``cache_full_blocks``; drafts never are, having no
         hash) and offered to the CPU tier; recurrent states crossing block boundaries move to a
         new page, and retained boundaries are cached as checkpoints.
+
+        True when a crossing could not re-take a state page (the released one was shared):
+        ``grow`` must run before the request's next step.
         """
         r = self._reqs[req_id]
         if computed_tokens < r.computed:
@@ -358,13 +362,13 @@ class KVCacheManager:
         blk = self._blk
         if not new_block_hashes and computed_tokens // blk == r.computed // blk:
             r.computed = computed_tokens  # no block filled, no boundary crossed
-            return
+            return bool(r.short)
         r.hashes.extend(new_block_hashes)
         self.version += 1
         c, hashes = self.config, r.hashes
         if not c.prefix_caching:
             r.computed = computed_tokens
-            return
+            return False
         full = min(computed_tokens // blk, len(hashes))
         if self._f:
             full = min(full, len(r.attn[0]))
@@ -391,6 +395,7 @@ class KVCacheManager:
                 if not stored:
                     self._cross(r, None, 0)
         r.computed = computed_tokens
+        return bool(r.short)
 
     def _cross(self, r: _Request, key: int | None, p: int) -> None:
         """The running state moves to a new page; the old one is cached under ``key``."""

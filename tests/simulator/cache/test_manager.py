@@ -325,14 +325,16 @@ def test_a_crossing_without_a_free_block_leaves_the_request_short_until_grow() -
         assert hit.gpu_tokens == 8
         assert m.admit(rid, 9, h, hit)
     assert m.num_free_blocks == 0
-    m.commit("b", 9)
-    m.commit("b", 12)  # crossing 12: the shared page is released but frees nothing
+    assert not m.commit("b", 9)
+    assert m.commit("b", 12)  # crossing 12: the shared page is released but frees nothing
     m.check()
     assert m.usage.state_blocks == 3  # checkpoint (held by c) + two running pages
+    assert not m.grow("b", 12)  # the missing state page (the blocks would hold 12 tokens)
     assert not m.grow("b", 13)  # one attention block + the missing state page
     m.free("c")
-    assert m.grow("b", 13)
+    assert m.grow("b", 13) == 16  # its blocks' capacity, recurrent groups or not
     assert m.usage.state_blocks == 2
+    assert not m.commit("b", 13)
     m.check()
 
 
