@@ -361,12 +361,7 @@ class Replica:
         token_s = end + delay
         lazy_past = s.block_tokens if s.lazy_ids else -1  # see Scheduler.commit
         if plan.cohort:  # first in running order, as in Scheduler.commit
-            ls = s.lockstep
-            assert ls is not None
-            ls.record(token_s, step_s, steps)
-            while (member := ls.next_finish()) is not None:
-                s.finish(member, token_s)
-                finished.append(member)
+            finished = s.commit_cohort(token_s, step_s, steps)
         for req, _, _, _ in plan.entries:
             before = req.computed
             req.computed = before + steps

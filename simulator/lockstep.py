@@ -22,8 +22,11 @@ So a step costs O(members whose blocks fill or who finish), not O(running reques
 cohort is a prefix of the running list: requests join at its end (the first decode right
 after it, in running order), and leave from anywhere (a finish) or from its end (a
 preemption takes ``running[-1]``), so the prefix stays a prefix. It is used only where
-nothing else reads a decode's state while it runs: no speculative decoding, lazy output ids
-(nothing to cache per step), aggregated serving (``simulation._replica_parts``). A sliding
+nothing else reads a decode's state while it runs: no speculative decoding, aggregated
+serving (``simulation._replica_parts``). Without lazy output ids (a CPU tier, recurrent
+state) a member's commit matters only where its tokens fill a block (its output id, caching,
+the CPU tier's offer, a recurrent-state crossing): a third heap says when, and those commits
+run in running order with the finishes, as the per-request commit loop would. A sliding
 window or a sparse span caps what each decode attends: per cap, the members still below it
 are counted apart, and a heap says when each reaches it, so the capped sums stay exact.
 """
@@ -45,15 +48,15 @@ if TYPE_CHECKING:
 ENABLED = True
 NO_STEP_S = float("nan")  # a log entry of one step: its gap is the time since the last token
 _F64 = 8  # bytes per log value
+SHORT_SYNC = 16  # log entries up to which ``sync`` writes runs in a loop, not through numpy
 
 
-def applies(sched: Scheduler, window: float, sparse_span: float) -> bool:
-    """Whether a replica's decodes can run in lockstep (see the module docstring); lazy
-    output ids already rule out disaggregation, a CPU tier and recurrent state."""
+def applies(sched: Scheduler, window: float, sparse_span: float, disaggregated: bool) -> bool:
+    """Whether a replica's decodes can run in lockstep (see the module docstring)."""
     whole = all(c == math.inf or float(c).is_integer() for c in (window, sparse_span))
     return (
         ENABLED
-        and sched.lazy_ids
+        and not disaggregated  # the other pool reads a request's state as it runs
         and sched.k == 0
         and whole  # capped sums of whole numbers: exact in any order
         and sched.token_budget >= sched.max_num_seqs
@@ -64,17 +67,24 @@ class Lockstep:
     """One replica's cohort of steady decodes (see the module docstring)."""
 
     __slots__ = (
-        "_stamp", "below", "below_offset", "caps", "crossings", "ctx_offset", "finishes",
-        "grows", "log", "size", "tick",
+        "_stamp", "below", "below_offset", "caps", "crossings", "ctx_offset", "edge_tokens",
+        "edges", "finishes", "grows", "log", "size", "tick",
     )  # fmt: skip
 
-    def __init__(self, window: float = math.inf, sparse_span: float = math.inf) -> None:
+    def __init__(
+        self, window: float = math.inf, sparse_span: float = math.inf, edge_tokens: int = 0
+    ) -> None:
         self.size = 0  # members: the scheduler's running[:size]
         self.tick = 0  # cohort steps committed so far (a fast-forwarded run counts its steps)
         self.ctx_offset = 0  # sum over members of (ls_computed - ls_base)
         # (due tick, run_seq, stamp, member): valid while the member holds that stamp
         self.grows: list[tuple[int, int, int, ReqState]] = []
         self.finishes: list[tuple[int, int, int, ReqState]] = []
+        # without lazy output ids a member's commit matters where its tokens fill a block
+        # (its output id, the cache, a CPU tier, a recurrent-state crossing): every
+        # ``edge_tokens`` (0: never); the tick at which each member's next one is due
+        self.edge_tokens = edge_tokens
+        self.edges: list[tuple[int, int, int, ReqState]] = []
         # per cohort step: token time, step seconds (NO_STEP_S for one step), steps
         self.log = (array("d"), array("d"), array("d"))
         self._stamp = 0
@@ -122,6 +132,8 @@ class Lockstep:
         req.ls_fin = self._stamp
         due = t + req.request.output_tokens - req.generated
         heapq.heappush(self.finishes, (due, req.run_seq, self._stamp, req))
+        if self.edge_tokens:
+            self.next_edge(req)
         req.ls_below = 0
         for j, cap in enumerate(self.caps):
             if req.computed + 1 < cap < math.inf:  # below it: reaches it at tick ``cross``
@@ -147,14 +159,28 @@ class Lockstep:
                 return req
         return None
 
-    def next_finish(self) -> ReqState | None:
-        """The next member (running order) that has all its output tokens now."""
-        heap = self.finishes
-        while heap and heap[0][0] <= self.tick:
-            _, _, stamp, req = heapq.heappop(heap)
-            if req.ls_fin == stamp:
-                return req
-        return None
+    def next_edge(self, req: ReqState) -> None:
+        """File the member under the tick at which its tokens next fill a block."""
+        computed, e = self.computed(req), self.edge_tokens
+        due = self.tick + (computed // e + 1) * e - computed
+        heapq.heappush(self.edges, (due, req.run_seq, req.ls_fin, req))
+
+    def due(self) -> list[ReqState]:
+        """Members whose tokens filled a block or who have all their output tokens now, in
+        running order (each once; the member's edge is filed again by the caller)."""
+        out: dict[int, ReqState] = {}
+        for heap in (self.finishes, self.edges):
+            while heap and heap[0][0] <= self.tick:
+                _, seq, stamp, req = heapq.heappop(heap)
+                if req.ls_fin == stamp:
+                    out[seq] = req
+        if len(out) < 2:
+            return list(out.values())
+        return [out[seq] for seq in sorted(out)]
+
+    def ended(self, req: ReqState) -> bool:
+        """Whether the member has all its output tokens."""
+        return req.ls_generated + self.tick - req.ls_base >= req.request.output_tokens
 
     def min_remaining(self) -> int:
         """Fewest output tokens a member still has to make."""
@@ -199,20 +225,36 @@ class Lockstep:
             a, b = req.ls_log, len(self.log[0])
             req.computed = req.ls_computed + done
             req.generated = req.ls_generated + done
-            views = [np.frombuffer(c, np.float64, b - a, a * _F64) for c in self.log]
-            ts, ss, ns = views
-            prev = np.empty(b - a)
-            prev[0] = req.last_token_s
-            prev[1:] = ts[:-1]
-            runs = np.empty(2 * (b - a))
-            runs[0::2] = np.where(np.isnan(ss), ts - prev, ss)
-            runs[1::2] = ns
-            req.itl_runs.frombytes(runs.tobytes())
-            req.itl_end_s.frombytes(ts.tobytes())
-            req.last_token_s = float(ts[-1])
-            del views, ts, ss, ns  # release the log's buffers: it grows again
+            if b - a <= SHORT_SYNC:
+                self._write_runs(req, a, b)
+            else:
+                views = [np.frombuffer(c, np.float64, b - a, a * _F64) for c in self.log]
+                ts, ss, ns = views
+                prev = np.empty(b - a)
+                prev[0] = req.last_token_s
+                prev[1:] = ts[:-1]
+                runs = np.empty(2 * (b - a))
+                runs[0::2] = np.where(np.isnan(ss), ts - prev, ss)
+                runs[1::2] = ns
+                req.itl_runs.frombytes(runs.tobytes())
+                req.itl_end_s.frombytes(ts.tobytes())
+                req.last_token_s = float(ts[-1])
+                del views, ts, ss, ns  # release the log's buffers: it grows again
             req.ls_base, req.ls_computed, req.ls_generated = self.tick, req.computed, req.generated
             req.ls_log = b
+
+    def _write_runs(self, req: ReqState, a: int, b: int) -> None:
+        """``sync``'s runs for log entries a..b one by one (numpy's per-call cost is more
+        than a short slice's loop): the same floats."""
+        ts, ss, ns = self.log
+        runs, ends, prev = req.itl_runs, req.itl_end_s, req.last_token_s
+        for i in range(a, b):
+            t, step_s = ts[i], ss[i]
+            runs.append(t - prev if step_s != step_s else step_s)  # type: ignore[operator]
+            runs.append(ns[i])
+            ends.append(t)
+            prev = t
+        req.last_token_s = prev
 
     def leave(self, req: ReqState) -> None:
         """A member finishes or is preempted: its fields up to date, out of the cohort."""

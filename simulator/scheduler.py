@@ -429,12 +429,7 @@ class Scheduler:
         """
         finished: list[ReqState] = []
         if plan.cohort:  # the cohort's decodes come first in running order
-            ls = self.lockstep
-            assert ls is not None
-            ls.record(token_s, NO_STEP_S, 1)
-            while (member := ls.next_finish()) is not None:
-                self.finish(member, token_s)
-                finished.append(member)
+            finished = self.commit_cohort(token_s, NO_STEP_S, 1)
         # lazy ids: a commit past the prompt's chain-id blocks has nothing to cache
         lazy_past = self.block_tokens if self.lazy_ids else -1
         for req, num_new, _, _ in plan.entries:
@@ -466,6 +461,29 @@ class Scheduler:
             if sampled and req.generated >= req.request.output_tokens:
                 self.finish(req, token_s)
                 finished.append(req)
+        return finished
+
+    def commit_cohort(self, token_s: float, step_s: float, steps: int) -> list[ReqState]:
+        """The lockstep cohort's tokens of one step (``step_s`` NO_STEP_S) or of ``steps``
+        fast-forwarded ones: the commits where a member's tokens filled a block, and the
+        finishes, in running order (``Scheduler.commit`` without the walk)."""
+        ls = self.lockstep
+        assert ls is not None
+        ls.record(token_s, step_s, steps)
+        finished: list[ReqState] = []
+        edge = ls.edge_tokens
+        for req in ls.due():
+            if edge:
+                computed = ls.computed(req)
+                if computed // edge > (computed - steps) // edge:
+                    self.commit_cache(req, computed - steps, computed)
+                    if not req.kv_cap:  # short of a state page: grows before its next step
+                        ls.regrown(req)
+            if ls.ended(req):
+                self.finish(req, token_s)
+                finished.append(req)
+            elif edge:
+                ls.next_edge(req)
         return finished
 
     def commit_cache(self, req: ReqState, before: int, computed: int) -> None:

@@ -194,8 +194,9 @@ def _replica_parts(
     scheduler.lazy_ids = lazy_output_ids(
         config.prefix_caching, tiers, config.state_groups, disaggregated
     )
-    if lockstep.applies(scheduler, cost.window, cost.sparse_span):
-        scheduler.lockstep = lockstep.Lockstep(cost.window, cost.sparse_span)
+    if lockstep.applies(scheduler, cost.window, cost.sparse_span, disaggregated):
+        edge = 0 if scheduler.lazy_ids else block_tokens  # commits that matter: block edges
+        scheduler.lockstep = lockstep.Lockstep(cost.window, cost.sparse_span, edge)
     load_bytes: Callable[[HitLike], float] = cache.load_bytes  # type: ignore[assignment]
     if cache.store is not None:
         load_bytes = load_bytes_with_store(load_bytes, cache.store, device.host_link)

@@ -5,7 +5,8 @@ off) and must give the same summary and, request by request, the same token time
 preemptions of cohort members, prefix caching on and off, multi-turn sessions (renamed
 output blocks), open-loop arrivals that cut fast-forwarded runs, a run that ends mid-step, DP
 replicas, MLA, a small ``max_num_seqs``, decodes whose context reaches a sliding window or a
-sparse span."""
+sparse span, and runs without lazy output ids (recurrent state, a CPU tier), whose members
+commit where their tokens fill a block."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ RANDOM = {"kind": "random", "input_tokens": 3000, "output_tokens": 400, "num_req
 POISSON = {"kind": "random", "input_tokens": 2500, "output_tokens": 300, "num_requests": 400,
            "request_rate_per_s": 2.0}  # fmt: skip
 CHAT = {"kind": "chat", "sessions": 50, "concurrency": 20}
+LONG_OUT = {"kind": "random", "input_tokens": 2000, "output_tokens": 1500, "num_requests": 100,
+            "concurrency": 64}  # fmt: skip
 SHORT = {
     "kind": "random",
     "input_tokens": 110,
@@ -53,6 +56,13 @@ CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], float]] = {
     "few-seqs": ("llama-3.1-8b", "h100", RANDOM, {"max_num_seqs": 12}, 300.0),
     "sliding-window": ("gpt-oss-120b", "b200", SHORT, {"tp": 1}, 300.0),
     "sparse-span": ("glm-5-fp8", "h200", NEAR_SPAN, {"tp": 8}, 300.0),
+    # no lazy ids: commits at block edges (recurrent state; a CPU tier)
+    "recurrent-state": ("nemotron-h-56b", "h100", CHAT, {"tp": 2}, 300.0),
+    "recurrent-preemptions": ("nemotron-3-nano-30b-a3b", "h100", LONG_OUT,
+                              {"kv_cache_memory_bytes": 6.0e8}, 300.0),
+    "cpu-tier": ("llama-3.1-8b", "h100", CHAT,
+                 {"kv_cache_memory_bytes": 2.0e9, "cpu_offload_bytes": 2.0e10}, 300.0),
+    "kimi-k3-dcp": ("kimi-k3", "b300", CHAT, {"tp": 8, "dcp": 8}, 300.0),
 }  # fmt: skip
 CROSSES = {"sliding-window": 0, "sparse-span": 1}  # cases whose decodes reach a cap
 
@@ -117,7 +127,7 @@ def test_lockstep_gives_the_per_request_paths_answers(
     assert a == json.loads(slow.summary.model_dump_json(exclude={"wall_s"}))
     assert _tokens(fast) == _tokens(slow)
     assert a["requests_finished"] > 0
-    if case == "preemptions":
+    if case in ("preemptions", "recurrent-preemptions"):
         assert a["preemptions"] > 0, "the cache must be small enough to preempt"
     if case == "poisson-cut-mid-run":
         assert fast.recorder.unfinished, "the run ends with requests in flight"
@@ -172,8 +182,9 @@ def test_members_take_blocks_and_finish_when_due_in_running_order() -> None:
             g.kv_cap += 16  # the scheduler's grow took a block
             ls.regrown(g)
     assert due == [[members[2]], [members[1]]]
-    assert ls.next_finish() is members[0]  # 1 output token at join + 2 = its 3
-    assert ls.next_finish() is None
+    assert ls.due() == [members[0]]  # 1 output token at join + 2 = its 3
+    assert ls.ended(members[0])
+    assert ls.due() == []
     ls.leave(members[0])
     taken: list[tuple[int, int]] = []
 
@@ -188,9 +199,27 @@ def test_members_take_blocks_and_finish_when_due_in_running_order() -> None:
     assert ls.min_remaining() == 4 - 1 - 2
 
 
+def test_without_lazy_ids_members_are_due_where_their_tokens_fill_a_block() -> None:
+    ls = Lockstep(edge_tokens=16)
+    a, b = _member(1, 100, 0.0), _member(2, 100, 0.0)
+    b.computed = 110  # edges at 112 (a), 112 (b): after 12 and 2 more tokens
+    ls.join(a)
+    ls.join(b)
+    due: dict[int, list[int]] = {}
+    for t in range(1, 31):
+        ls.record(float(t), NO_STEP_S, 1)
+        if members := ls.due():
+            due[t] = [m.req_id for m in members]
+            for m in members:
+                ls.next_edge(m)  # as Scheduler.commit_cohort files it again
+    assert due == {2: [2], 12: [1], 18: [2], 28: [1]}
+    ls.record(40.0, 0.5, 6)  # a fast-forwarded run crossing b's edge at 144 (tick 34)
+    assert [m.req_id for m in ls.due()] == [2]
+
+
 @pytest.mark.parametrize(
     ("change", "applies"),
-    [({}, True), ({"k": 2}, False), ({"lazy_ids": False}, False),
+    [({}, True), ({"k": 2}, False), ({"lazy_ids": False}, True), ({"disaggregated": True}, False),
      ({"token_budget": 64}, False), ({"window": 4096.0}, True), ({"span": 2048.0}, True),
      ({"window": 100.5}, False)],
 )  # fmt: skip
@@ -202,4 +231,5 @@ def test_lockstep_applies_only_where_nothing_reads_a_decode_while_it_runs(
     sched.k = change.get("k", 0)
     sched.token_budget = change.get("token_budget", 8192)
     window, span = change.get("window", float("inf")), change.get("span", float("inf"))
-    assert lockstep.applies(sched, window, span) is applies
+    disaggregated = change.get("disaggregated", False)
+    assert lockstep.applies(sched, window, span, disaggregated) is applies
