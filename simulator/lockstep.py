@@ -22,11 +22,13 @@ So a step costs O(members whose blocks fill or who finish), not O(running reques
 cohort is a prefix of the running list: requests join at its end (the first decode right
 after it, in running order), and leave from anywhere (a finish) or from its end (a
 preemption takes ``running[-1]``), so the prefix stays a prefix. It is used only where
-nothing else reads a decode's state while it runs: no speculative decoding, aggregated
-serving (``simulation._replica_parts``). Without lazy output ids (a CPU tier, recurrent
-state) a member's commit matters only where its tokens fill a block (its output id, caching,
-the CPU tier's offer, a recurrent-state crossing): a third heap says when, and those commits
-run in running order with the finishes, as the per-request commit loop would. A sliding
+nothing else reads a decode's state while it runs: no speculative decoding
+(``simulation._replica_parts``). A disaggregated decode pool qualifies: the proxy reads a
+request's state only when it finishes (its pin, the send-back). Without lazy output ids (a
+CPU tier, recurrent state, disaggregation) a member's commit matters only where its tokens
+fill a block (its output id, caching, the CPU tier's offer, a recurrent-state crossing): a
+third heap says when, and those commits run in running order with the finishes, as the
+per-request commit loop would. A sliding
 window or a sparse span caps what each decode attends: per cap, the members still below it
 are counted apart, and a heap says when each reaches it, so the capped sums stay exact.
 """
@@ -51,12 +53,11 @@ _F64 = 8  # bytes per log value
 SHORT_SYNC = 16  # log entries up to which ``sync`` writes runs in a loop, not through numpy
 
 
-def applies(sched: Scheduler, window: float, sparse_span: float, disaggregated: bool) -> bool:
+def applies(sched: Scheduler, window: float, sparse_span: float) -> bool:
     """Whether a replica's decodes can run in lockstep (see the module docstring)."""
     whole = all(c == math.inf or float(c).is_integer() for c in (window, sparse_span))
     return (
         ENABLED
-        and not disaggregated  # the other pool reads a request's state as it runs
         and sched.k == 0
         and whole  # capped sums of whole numbers: exact in any order
         and sched.token_budget >= sched.max_num_seqs

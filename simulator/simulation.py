@@ -194,7 +194,7 @@ def _replica_parts(
     scheduler.lazy_ids = lazy_output_ids(
         config.prefix_caching, tiers, config.state_groups, disaggregated
     )
-    if lockstep.applies(scheduler, cost.window, cost.sparse_span, disaggregated):
+    if lockstep.applies(scheduler, cost.window, cost.sparse_span):
         edge = 0 if scheduler.lazy_ids else block_tokens  # commits that matter: block edges
         scheduler.lockstep = lockstep.Lockstep(cost.window, cost.sparse_span, edge)
     load_bytes: Callable[[HitLike], float] = cache.load_bytes  # type: ignore[assignment]

@@ -63,7 +63,15 @@ CASES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], float]] = {
     "cpu-tier": ("llama-3.1-8b", "h100", CHAT,
                  {"kv_cache_memory_bytes": 2.0e9, "cpu_offload_bytes": 2.0e10}, 300.0),
     "kimi-k3-dcp": ("kimi-k3", "b300", CHAT, {"tp": 8, "dcp": 8}, 300.0),
+    "1p1d-send-back": ("llama-3.1-8b", "h100", CHAT, {}, 300.0),
+    "1p2d-preemptions": ("llama-3.1-8b", "h100", RANDOM, {"kv_cache_memory_bytes": 3.0e9}, 300.0),
 }  # fmt: skip
+# disaggregated cases: the decode pool's requests run in lockstep; the proxy reads their state
+# only when they finish (the pin's tokens, the send-back)
+DISAGG = {
+    "1p1d-send-back": {"prefill_replicas": 1, "decode_replicas": 1, "send_back": True},
+    "1p2d-preemptions": {"prefill_replicas": 1, "decode_replicas": 2},
+}
 CROSSES = {"sliding-window": 0, "sparse-span": 1}  # cases whose decodes reach a cap
 
 
@@ -81,6 +89,7 @@ def _scenario(case: str) -> Scenario:
             "warmup_s": 0.0,
             "seed": 5,
         }
+        | ({"disaggregation": DISAGG[case]} if case in DISAGG else {})
     )
 
 
@@ -127,8 +136,13 @@ def test_lockstep_gives_the_per_request_paths_answers(
     assert a == json.loads(slow.summary.model_dump_json(exclude={"wall_s"}))
     assert _tokens(fast) == _tokens(slow)
     assert a["requests_finished"] > 0
-    if case in ("preemptions", "recurrent-preemptions"):
+    if case in ("preemptions", "recurrent-preemptions", "1p2d-preemptions"):
         assert a["preemptions"] > 0, "the cache must be small enough to preempt"
+    if case == "1p1d-send-back":
+        pins = fast.recorder.pins
+        assert pins, "the case pins finished turns for send-back"
+        assert pins == slow.recorder.pins
+        assert fast.recorder.transfers == slow.recorder.transfers
     if case == "poisson-cut-mid-run":
         assert fast.recorder.unfinished, "the run ends with requests in flight"
         assert any(o.steps > 1 for o in fast.recorder.open_steps), "inside a fast-forward"
@@ -219,7 +233,7 @@ def test_without_lazy_ids_members_are_due_where_their_tokens_fill_a_block() -> N
 
 @pytest.mark.parametrize(
     ("change", "applies"),
-    [({}, True), ({"k": 2}, False), ({"lazy_ids": False}, True), ({"disaggregated": True}, False),
+    [({}, True), ({"k": 2}, False), ({"lazy_ids": False}, True),
      ({"token_budget": 64}, False), ({"window": 4096.0}, True), ({"span": 2048.0}, True),
      ({"window": 100.5}, False)],
 )  # fmt: skip
@@ -231,5 +245,4 @@ def test_lockstep_applies_only_where_nothing_reads_a_decode_while_it_runs(
     sched.k = change.get("k", 0)
     sched.token_budget = change.get("token_budget", 8192)
     window, span = change.get("window", float("inf")), change.get("span", float("inf"))
-    disaggregated = change.get("disaggregated", False)
-    assert lockstep.applies(sched, window, span, disaggregated) is applies
+    assert lockstep.applies(sched, window, span) is applies
