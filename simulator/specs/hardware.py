@@ -71,17 +71,20 @@ class RooflinePriors(Spec):
     memory_efficiency: float = Field(gt=0, le=1)
     link_efficiency: float = Field(gt=0, le=1)  # collectives: achieved / peak link bandwidth
     kernel_launch_s: Seconds
+    # The host costs below have no default: a profile that left one out would be priced with
+    # no host work at all (TTFT and small-batch steps optimistic, silently), so each must be
+    # stated, with its source in ``sources.roofline`` (0 where it truly is none).
     # CPU work of one engine step (scheduler + input preparation), overlapped with the GPU by
     # async scheduling: a step takes max(GPU, base + per request x requests scheduled)
     cpu_step_overhead_s: Seconds
-    cpu_step_per_request_s: Seconds = 0.0
+    cpu_step_per_request_s: Seconds
     # from the end of a step to the client holding its tokens (device-to-host copy, output
     # processing, detokenisation and streaming; async scheduling runs the next step meanwhile)
-    output_delay_s: Seconds = 0.0
+    output_delay_s: Seconds
     # the API server's host work per prompt token before a request reaches the engine
     # (tokenizing the prompt text, priming the incremental detokenizer with the prompt),
     # served in arrival order by the deployment's API servers (serving.api_server_count)
-    frontend_s_per_prompt_token: Seconds = 0.0
+    frontend_s_per_prompt_token: Seconds
 
 
 SOURCED_FIELDS = (

@@ -202,6 +202,20 @@ def edited_profile(t: Path, base: str, unsourced: str = "", **fields: Any) -> st
     return write(t, "gpu.yaml", yaml.safe_dump(data, sort_keys=False))
 
 
+def profile_without(t: Path, base: str, roofline_field: str) -> str:
+    """The built-in profile ``base`` with one field of its ``roofline`` block left out."""
+    from hardware_profiles import PROFILES_DIR
+
+    data = yaml.safe_load((PROFILES_DIR / base / "profile.yaml").read_text())
+    del data["roofline"][roofline_field]
+    return write(t, "gpu.yaml", yaml.safe_dump(data, sort_keys=False))
+
+
+# host costs a profile must state: left out, they would price no host work (silently optimistic)
+HOST_COSTS = (
+    "cpu_step_overhead_s", "cpu_step_per_request_s", "output_delay_s",
+    "frontend_s_per_prompt_token",
+)  # fmt: skip
 MEM = ["memory", "--model", "llama-3.1-8b", "--device", "h100"]
 STEP = ["step", "--model", "llama-3.1-8b", "--device", "h100", "--decode", "2"]
 PREDICT = ["ops", "predict", "--device", "h100", "--input"]
@@ -505,6 +519,13 @@ CASES: list[Case] = [
     ("apple-os-reserve-unsourced",
      lambda t: [*MEM[:3], "--device", edited_profile(t, "m4-max", unsourced="os_reserve_bytes")],
      ["gpu.yaml: sources: ", "no source given for ['os_reserve_bytes']"]),
+    *[
+        (f"device-no-{field}",
+         lambda t, f=field, b=base: ["step", "--model", "llama-3.1-8b", "--decode", "2", "--device",
+                             profile_without(t, b, f)],
+         [f"gpu.yaml: roofline.{field}: Field required"])
+        for field, base in zip(HOST_COSTS, ("h100", "mi355x", "b200", "m4-max"), strict=True)
+    ],
     ("apple-memory-tp2", lambda t: [*MEM[:3], "--device", "m3-ultra", "--tp", "2"],
      ["(arguments): serving.tp: tp 2 ", "m3-ultra"]),
     ("apple-step-tp2",
