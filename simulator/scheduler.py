@@ -297,21 +297,13 @@ class Scheduler:
         self.land(now_s)
 
         i = 0
-        running, k, grow = self.running, self.k, self.cache.grow
+        running, k = self.running, self.k
         ls = self.lockstep
         if ls is not None and ls.size:
             # the cohort's decodes: only members whose blocks are full need one more
             while (req := ls.next_grow()) is not None:
-                need = ls.computed(req) + 1
-                while not (cap := grow(req.req_id, need)):
-                    victim = running[-1]
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim is req:
-                        break
-                if req.status is not Status.RUNNING:
+                if not self._grow(req, ls.computed(req) + 1, preempted):
                     continue  # it preempted itself
-                req.kv_cap = cap
                 ls.regrown(req)
             i = ls.size
             budget -= i
@@ -328,16 +320,8 @@ class Scheduler:
                 i += 1
                 continue
             need = computed + num_new + k
-            if need > req.kv_cap:
-                while not (cap := grow(req.req_id, need)):
-                    victim = running[-1]
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim is req:
-                        break
-                if req.status is not Status.RUNNING:
-                    continue  # it preempted itself
-                req.kv_cap = cap
+            if need > req.kv_cap and not self._grow(req, need, preempted):
+                continue  # it preempted itself
             if decode and ls is not None and i == ls.size:
                 ls.join(req)  # the first decode right after the cohort
             else:
@@ -570,6 +554,18 @@ class Scheduler:
             if stop is not None and req.computed < stop < req.computed + num_new:
                 num_new = stop - req.computed
         return num_new
+
+    def _grow(self, req: ReqState, need: int, preempted: list[ReqState]) -> bool:
+        """Blocks for ``need`` tokens of a running request, preempting the newest running ones
+        (vLLM's FCFS recompute preemption) until they fit; False when ``req`` preempted itself."""
+        while not (cap := self.cache.grow(req.req_id, need)):
+            victim = self.running[-1]
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is req:
+                return False
+        req.kv_cap = cap
+        return True
 
     def _preempt(self, req: ReqState) -> None:
         """Free a running request's blocks (or a landed load's: ``holding``) and put it at the
