@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from simulator.validation import silicon_scaling
 from simulator.validation.document import _md_table, _pct
 from simulator.validation.silicon import SiliconResult, devices_by_system
 from simulator.validation.silicon_flags import flag_rows
@@ -281,6 +282,8 @@ def render_markdown(
             spread_rows(report.spread),
         ),
         first_wave=wave_paragraph(simulated),
+        scaling_table=_md_table(silicon_scaling.HEADER, silicon_scaling.scaling_rows(simulated)),
+        scaling_summary=silicon_scaling.scaling_summary(simulated),
     )
 
 
@@ -471,6 +474,20 @@ By ISL/OSL:
 Largest errors (model and system, by the larger of the two median APEs):
 
 {worst}
+
+## How TTFT falls with TP
+
+Every configuration the file has at three or more TP degrees (same model, system,
+precision, vLLM version and lengths), at its lowest concurrency where that is at most 8
+requests in flight (`simulator/validation/silicon_scaling.py`; repeated rows: their
+median). A GPU's share of a prefill shrinks with TP, host work does not: where the measured
+TTFT falls much less than the simulated one, the gap is a cost outside the op tables (API
+server, scheduling, launch and output paths, the benchmark host), not a kernel's. A
+diagnostic: nothing was changed by it.
+
+{scaling_summary}
+
+{scaling_table}
 
 ## How far the data move on their own
 
