@@ -227,6 +227,7 @@ def render_markdown(
     used = Counter(r.point.system for r in results)
     system_rows = [[f"`{s}`", f"`{d}`", str(used.get(s, 0))] for s, d in sorted(systems.items())]
     groups = by_model_system(results)
+    scaling = silicon_scaling.families(simulated)
     return TEMPLATE.format(
         command=command,
         date=date,
@@ -282,8 +283,8 @@ def render_markdown(
             spread_rows(report.spread),
         ),
         first_wave=wave_paragraph(simulated),
-        scaling_table=_md_table(silicon_scaling.HEADER, silicon_scaling.scaling_rows(simulated)),
-        scaling_summary=silicon_scaling.scaling_summary(simulated),
+        scaling_table=_md_table(silicon_scaling.HEADER, silicon_scaling.scaling_rows(scaling)),
+        scaling_summary=silicon_scaling.scaling_summary(scaling),
     )
 
 

@@ -67,9 +67,10 @@ def ratios(tps: ByTp) -> tuple[float, float]:
     return last[0] / first[0], last[1] / first[1]
 
 
-def scaling_rows(results: Sequence[SiliconResult]) -> list[list[str]]:
+def scaling_rows(fams: dict[Family, tuple[int, ByTp]]) -> list[list[str]]:
+    """The document's table: a row per family (``families``)."""
     rows = []
-    for (card, device, precision, version, isl, osl), (conc, tps) in families(results).items():
+    for (card, device, precision, version, isl, osl), (conc, tps) in fams.items():
         measured, simulated = ratios(tps)
         rows.append(
             [
@@ -83,10 +84,10 @@ def scaling_rows(results: Sequence[SiliconResult]) -> list[list[str]]:
     return rows
 
 
-def scaling_summary(results: Sequence[SiliconResult]) -> str:
+def scaling_summary(fams: dict[Family, tuple[int, ByTp]]) -> str:
     """One sentence per system: the median ratios over its short-prompt families."""
     per: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for fam, (_, tps) in families(results).items():
+    for fam, (_, tps) in fams.items():
         if fam[4] <= SHORT_PROMPT:
             per[fam[1]].append(ratios(tps))
     if not per:

@@ -191,23 +191,19 @@ def profile(t: Path, name: str = "gpu.yaml") -> str:
     return write(t, name, (PROFILES_DIR / "h100" / "profile.yaml").read_text())
 
 
-def edited_profile(t: Path, base: str, unsourced: str = "", **fields: Any) -> str:
-    """The built-in profile ``base`` with ``fields`` replaced (and the source of
-    ``unsourced`` emptied), as gpu.yaml: a bad value each case."""
+def edited_profile(
+    t: Path, base: str, unsourced: str = "", no_roofline: str = "", **fields: Any
+) -> str:
+    """The built-in profile ``base`` with ``fields`` replaced (the source of ``unsourced``
+    emptied, the ``roofline`` field ``no_roofline`` left out), as gpu.yaml: a bad value each
+    case."""
     from hardware_profiles import PROFILES_DIR
 
     data = {**yaml.safe_load((PROFILES_DIR / base / "profile.yaml").read_text()), **fields}
     if unsourced:
         data["sources"][unsourced] = ""
-    return write(t, "gpu.yaml", yaml.safe_dump(data, sort_keys=False))
-
-
-def profile_without(t: Path, base: str, roofline_field: str) -> str:
-    """The built-in profile ``base`` with one field of its ``roofline`` block left out."""
-    from hardware_profiles import PROFILES_DIR
-
-    data = yaml.safe_load((PROFILES_DIR / base / "profile.yaml").read_text())
-    del data["roofline"][roofline_field]
+    if no_roofline:
+        del data["roofline"][no_roofline]
     return write(t, "gpu.yaml", yaml.safe_dump(data, sort_keys=False))
 
 
@@ -521,8 +517,8 @@ CASES: list[Case] = [
      ["gpu.yaml: sources: ", "no source given for ['os_reserve_bytes']"]),
     *[
         (f"device-no-{field}",
-         lambda t, f=field, b=base: ["step", "--model", "llama-3.1-8b", "--decode", "2", "--device",
-                             profile_without(t, b, f)],
+         lambda t, f=field, b=base: [*STEP[:3], "--decode", "2", "--device",
+                                     edited_profile(t, b, no_roofline=f)],
          [f"gpu.yaml: roofline.{field}: Field required"])
         for field, base in zip(HOST_COSTS, ("h100", "mi355x", "b200", "m4-max"), strict=True)
     ],

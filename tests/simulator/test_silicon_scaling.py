@@ -48,13 +48,13 @@ def test_versions_and_lengths_are_separate_families() -> None:
 def test_ratios_rows_and_summary() -> None:
     ((_, tps),) = families(FLAT).values()
     assert ratios(tps) == pytest.approx((0.9, 0.25))
-    (row,) = scaling_rows(FLAT)
+    (row,) = scaling_rows(families(FLAT))
     assert row[6:] == ["1/2/4", "100/95/90", "80/40/20", "0.90", "0.25"]
-    text = scaling_summary(FLAT)
+    text = scaling_summary(families(FLAT))
     assert f"{BASE.device}: measured 0.90, simulated 0.25 (1 family)" in text
 
 
 def test_failed_points_are_left_out() -> None:
     failed = dataclasses.replace(FLAT[0], status="not simulated: x")
     assert families([failed, *FLAT[1:]]) == {}
-    assert "No configuration" in scaling_summary([failed, *FLAT[1:]])
+    assert "No configuration" in scaling_summary(families([failed, *FLAT[1:]]))
