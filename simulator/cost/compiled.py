@@ -26,7 +26,7 @@ its key alone, so sharing changes no price (``benchmarks/golden.py``).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,43 +54,15 @@ MAX_STORES = 32
 
 @dataclass(slots=True)
 class _Counts:
-    """The latency models' bookkeeping at one moment (or a difference of two)."""
+    """What one pricing added to the latency models' bookkeeping (``_Counting``)."""
 
     queries: Counter[str]
     extrapolations: Counter[str]
     by_source: dict[str, float]
     curves: dict[int, tuple[Curve, int, int]]  # id -> (curve, queries, outside)
 
-    @classmethod
-    def now(cls, model: StepCostModel, curves: list[Curve]) -> _Counts:
-        lat = model.latency
-        return cls(
-            Counter(lat.queries),
-            Counter(lat.extrapolations),
-            dict(lat.seconds_by_source),
-            {id(c): (c, c.queries, c.outside) for c in curves},
-        )
-
-    def minus(self, other: _Counts) -> _Counts:
-        """The difference of a later snapshot and an earlier one of the same curves, without
-        the entries it leaves at zero (a template keeps only what it changes). The counts
-        only grow, so every key of ``other`` is one of ``self``."""
-        oq, oe, osrc, ocurves = other.queries, other.extrapolations, other.by_source, other.curves
-        curves = {}
-        for k, (c, n, o) in self.curves.items():
-            _, n0, o0 = ocurves.get(k, (c, 0, 0))
-            if n != n0 or o != o0:
-                curves[k] = (c, n - n0, o - o0)
-        return _Counts(
-            Counter({k: d for k, v in self.queries.items() if (d := v - oq.get(k, 0))}),
-            Counter({k: d for k, v in self.extrapolations.items() if (d := v - oe.get(k, 0))}),
-            {k: ds for k, v in self.by_source.items() if (ds := v - osrc.get(k, 0.0))},
-            curves,
-        )
-
-    def add_to(self, model: StepCostModel) -> None:
-        """Add these counts to the model's latency models and curves (``minus`` left out
-        the zeros)."""
+    def add_to(self, model: StepCostModel, curves: bool = True) -> None:
+        """Add these counts to the model's latency models and (``curves``) its curves."""
         lat = model.latency
         q, e, src = lat.queries, lat.extrapolations, lat.seconds_by_source
         for k, v in self.queries.items():
@@ -99,9 +71,42 @@ class _Counts:
             e[k] += v
         for k, secs in self.by_source.items():
             src[k] += secs
-        for c, n, o in self.curves.values():
-            c.queries += n
-            c.outside += o
+        if curves:
+            for c, n, o in self.curves.values():
+                c.queries += n
+                c.outside += o
+
+
+class _Counting:
+    """The bookkeeping of one pricing on its own: the latency models tally into fresh
+    counters while it runs (``end`` adds them to the model's and returns them, without the
+    entries left at zero), and ``curves``' counts are read before and after. Cheaper than
+    two snapshots of the model's whole tallies and their difference, and a template's
+    seconds by source are then its own sums, not a difference of two running totals."""
+
+    __slots__ = ("curves", "lat", "model", "saved")
+
+    def __init__(self, model: StepCostModel, curves: list[Curve]) -> None:
+        lat = self.lat = model.latency
+        self.model = model
+        self.saved = (lat.queries, lat.extrapolations, lat.seconds_by_source)
+        lat.queries, lat.extrapolations = Counter(), Counter()
+        lat.seconds_by_source = defaultdict(float)
+        self.curves = {id(c): (c, c.queries, c.outside) for c in curves}
+
+    def end(self) -> _Counts:
+        lat = self.lat
+        curves = {}
+        for k, (c, n0, o0) in self.curves.items():
+            if c.queries != n0 or c.outside != o0:
+                curves[k] = (c, c.queries - n0, c.outside - o0)
+        counts = _Counts(
+            +lat.queries, +lat.extrapolations,
+            {k: v for k, v in lat.seconds_by_source.items() if v}, curves,
+        )  # fmt: skip
+        lat.queries, lat.extrapolations, lat.seconds_by_source = self.saved
+        counts.add_to(self.model, curves=False)  # the curves counted themselves
+        return counts
 
 
 @dataclass(slots=True)
@@ -230,10 +235,12 @@ class CompiledPricer:
         bookkeeping that pricing did), then price the step through it as a reuse would."""
         full = StepOps(self.m, shape)
         full.build()
-        curves = _curves(full)
-        before = _Counts.now(self.m, curves)
-        total = full.row_totals(static_only=True) if full.rows else np.zeros(0)
-        coll = full.collective_totals(static_only=True) if full.colls else np.zeros(0)
+        counting = _Counting(self.m, _curves(full))
+        try:
+            total = full.row_totals(static_only=True) if full.rows else np.zeros(0)
+            coll = full.collective_totals(static_only=True) if full.colls else np.zeros(0)
+        finally:
+            counts = counting.end()
         if len(self.templates) >= MAX_TEMPLATES:
             del self.templates[next(iter(self.templates))]  # the least recently used
         shared = self._shared
@@ -244,7 +251,7 @@ class CompiledPricer:
             coll_total=coll,
             dyn_colls=shared.array([i for i, d in enumerate(full.dyn_colls) if d]),
             fused=full.fused,
-            static=shared.counts(_Counts.now(self.m, curves).minus(before)),
+            static=shared.counts(counts),
         )
         return self._reuse(tpl, dyn)
 

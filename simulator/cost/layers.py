@@ -280,10 +280,12 @@ class StepOps:
                 [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
                 np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
             )  # fmt: skip
+        asked = []
         for i, (curve, at) in curves.items():
             secs[i] = curve.seconds(*at)
+            asked.append((i, curve, curve.last_outside))
         total: NDArray[np.float64] = secs * np.array(counts)
-        self._account(total, [(i, classes[i]) for i in rest], curves)
+        self._account(total, [(i, classes[i]) for i in rest], asked)
         return total
 
     def _row_totals_scalar(self, static_only: bool) -> NDArray[np.float64]:
@@ -291,21 +293,22 @@ class StepOps:
         lat = self.m.latency
         secs: list[float] = []
         rest: list[tuple[int, str]] = []
-        curves: dict[int, tuple[Curve, tuple[float, ...]]] = {}
+        asked: list[tuple[int, Any, bool]] = []
         for i, (_, cls, _, count, flops, b, kernels, peak) in enumerate(self.rows):
             if static_only and self.dyn[i]:
                 secs.append(0.0)
                 continue
             entry = self.curves.get(i)
             if entry is not None:
-                curves[i] = entry
-                sec = entry[0].seconds(*entry[1])
+                curve = entry[0]
+                sec = curve.seconds(*entry[1])
+                asked.append((i, curve, curve.last_outside))
             else:
                 rest.append((i, cls))
                 sec = lat.compute_seconds_one(cls, flops, b, peak, 0.0 if self.fused else kernels)
             secs.append(sec * count)
         total = np.array(secs)
-        self._account(total, rest, curves)
+        self._account(total, rest, asked)
         return total
 
     def finish(self, detail: bool) -> StepCost:
@@ -364,23 +367,20 @@ class StepOps:
         self,
         total: NDArray[np.float64],
         rest: list[tuple[int, str]],
-        curves: dict[int, tuple[Curve, tuple[float, ...]]] | list[Curve | None],
+        asked: list[tuple[int, Any, bool]],
     ) -> None:
         """Add this step's GPU seconds to the latency models' tally by source: measured
         (a table inside its grid), fitted (a table outside it, transferred, or a fitted
-        model), calibrated, prior."""
+        model), calibrated, prior. ``asked``: (line, its curve, whether that line's own
+        query fell outside the grid: lines can share a curve)."""
         lat = self.m.latency
         tally = lat.seconds_by_source
         measured = self.look.tables is not None and self.look.tables.measured
-        items = curves.items() if isinstance(curves, dict) else enumerate(curves)
-        for i, entry in items:
-            curve = entry[0] if isinstance(entry, tuple) else entry
-            if curve is None:
-                continue
+        for i, curve, outside in asked:
             if getattr(curve, "prior", False):  # a roofline in a curve's clothes (moe_ep)
                 tally["prior"] += float(total[i])
                 continue
-            inside = measured and curve.status == 0 and not curve.last_outside
+            inside = measured and curve.status == 0 and not outside
             tally["measured" if inside else "fitted"] += float(total[i])
         for i, cls in rest:
             label = (
@@ -415,10 +415,12 @@ class StepOps:
                 curve = curves[i]
                 zero[i] = z if curve is None else curve.seconds(1.0)
             secs = [max(t - z, 0.0) for t, z in zip(secs, zero, strict=True)]
-        for i, curve in enumerate(curves):  # last, so that last_outside is this query's
+        asked = []
+        for i, curve in enumerate(curves):
             if curve is not None:
                 t = curve.seconds(sizes[i])
                 secs[i] = max(t - zero[i], 0.0) if self.fused else t
+                asked.append((i, curve, curve.last_outside))
         total: NDArray[np.float64] = np.array(secs) * np.array(counts)
-        self._account(total, [(i, classes[i]) for i in rest], curves)
+        self._account(total, [(i, classes[i]) for i in rest], asked)
         return total

@@ -283,3 +283,28 @@ def test_the_2d_curve_fast_path_gives_the_general_paths_floats_and_counts(
         assert curve.queries == queries + 2
         assert curve.outside == outside + 2 * fast_out
     assert 0 < curve.outside < curve.queries  # both kinds of query were asked
+
+
+def test_lines_sharing_a_curve_are_tallied_by_their_own_query(fixture_tables: Path) -> None:
+    """Two GEMM lines of one shape read one bound curve; one inside the measured grid, one
+    far outside it: each line's seconds go to its own source (before, both followed the
+    curve's last query)."""
+    from simulator.cost.layers import StepOps
+    from simulator.cost.ops import gemm
+    from simulator.cost.shapes import StepShape
+
+    profile = catalog.hardware_profile("h200")
+    lat = LatencyModels.for_device(profile)
+    m = StepCostModel(catalog.model_card("llama-3.3-70b"), profile, ServingConfig(tp=8), lat)
+    ops = StepOps(m, StepShape(num_decodes=1, decode_tokens=1, decode_kv=100.0))
+    curve = m.lookups.gemm("probe", "bf16", 2048.0, 8192.0)
+    assert curve is not None
+    for rows in (64.0, 1e7):  # inside the grid, then far past its largest m
+        work = gemm(rows, 2048.0, 8192.0, 2.0)
+        ops.add("probe", "gemm", "dense", 1.0, work, 1e15, curve, (rows,))
+    for scalar in (True, False):  # a few rows in scalar arithmetic, or one vectorised pass
+        lat.seconds_by_source.clear()
+        ops.want_shapes = not scalar  # (shape tables force the vectorised pass)
+        total = ops.row_totals()
+        assert lat.seconds_by_source["measured"] == total[0]
+        assert lat.seconds_by_source["fitted"] == total[1]
