@@ -44,6 +44,7 @@ from simulator.workload.request import (
 from simulator.workload.source import BadRecords, lines, open_text
 
 BLOCK_TOKENS = 64
+Runs = tuple[tuple[int, int], ...]  # maximal inclusive runs of ids (``maximal_runs``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class _Req:
     output_tokens: int
     think_time_s: float
     api_time_s: float
-    runs: NDArray[np.int64]  # (k, 2) inclusive runs of local hash ids
+    runs: Runs  # of the prompt's local hash ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,20 @@ def _count(r: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
     return value
 
 
-def _runs(ids: Any, ranges: bool, where: str) -> NDArray[np.int64]:
-    """Validated hash ids as inclusive runs ``(k, 2)`` (plain lists are compressed too)."""
+def maximal_runs(runs: list[tuple[int, int]]) -> Runs:
+    """The same ids in the fewest runs: a run that starts right after the previous one's end
+    joins it. Two prompts' ids then agree exactly up to their first differing run."""
+    out: list[tuple[int, int]] = []
+    for a, b in runs:
+        if out and a == out[-1][1] + 1:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def _runs(ids: Any, ranges: bool, where: str) -> Runs:
+    """Validated hash ids as maximal inclusive runs (plain lists compressed too)."""
     if not isinstance(ids, list):
         raise ValueError(f"{where}.hash_ids: expected a list")
     if not ranges:
@@ -103,7 +116,7 @@ def _runs(ids: Any, ranges: bool, where: str) -> NDArray[np.int64]:
         cut = np.flatnonzero(np.diff(arr) != 1) + 1  # run boundaries
         starts = np.concatenate([[0], cut])
         ends = np.concatenate([cut, [arr.size]]) - 1
-        return np.stack([arr[starts], arr[ends]], axis=1) if arr.size else arr.reshape(0, 2)
+        return tuple(zip(arr[starts].tolist(), arr[ends].tolist(), strict=True)) if arr.size else ()
     pairs: list[tuple[int, int]] = []
     for x in ids:
         if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
@@ -117,19 +130,39 @@ def _runs(ids: Any, ranges: bool, where: str) -> NDArray[np.int64]:
             pairs.append((x[0], x[1]))
         else:
             raise ValueError(f"{where}.hash_ids: bad element {x!r}")
-    return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return maximal_runs(pairs)
 
 
-def expand_runs(runs: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Inclusive runs ``[[a, b], ...]`` -> ``a, a+1, ..., b, ...`` (vectorised)."""
-    if len(runs) == 0:
-        return np.zeros(0, dtype=np.int64)
-    a, b = runs[:, 0], runs[:, 1]
-    n = b - a + 1
-    out = np.ones(int(n.sum()), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
-    out[starts] = np.concatenate([a[:1], a[1:] - b[:-1]])
-    return np.cumsum(out)
+def common_blocks(a: Runs, b: Runs) -> int:
+    """Leading ids two maximal run lists expand to in common: the runs before the first that
+    differs, and of that one, if both start there, the shorter's length."""
+    n = 0
+    for (a0, a1), (b0, b1) in zip(a, b, strict=False):  # up to the shorter
+        if a0 != b0:
+            break
+        if a1 != b1:
+            return n + min(a1, b1) - a0 + 1
+        n += a1 - a0 + 1
+    return n
+
+
+def expand_runs(runs: Runs, start: int = 0, stop: int | None = None) -> NDArray[np.int64]:
+    """The ids of ``runs`` (``a, a+1, ..., b, ...``), from number ``start`` to ``stop``,
+    without making those before ``start``."""
+    parts: list[NDArray[np.int64]] = []
+    left = np.inf if stop is None else stop - start
+    seen = 0
+    for a, b in runs:
+        if left <= 0:
+            break
+        length = b - a + 1
+        if seen + length > start:
+            lo = a + max(start - seen, 0)
+            hi = int(min(b + 1, lo + left))
+            parts.append(np.arange(lo, hi, dtype=np.int64))
+            left -= hi - lo
+        seen += length
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _Sub, ...]:
@@ -149,7 +182,7 @@ def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _S
             continue
         prompt = _count(r, "in", w, minimum=1)  # a request has a prompt (vLLM: >= 1 token)
         runs = _runs(r.get("hash_ids"), ranges, w)
-        n_ids = int((runs[:, 1] - runs[:, 0] + 1).sum())
+        n_ids = sum(b - a + 1 for a, b in runs)
         if n_ids not in (prompt // block, -(-prompt // block)):
             raise ValueError(
                 f"{w}.hash_ids: {n_ids} block ids for {prompt} tokens, expected "
@@ -179,20 +212,21 @@ class _Chain:
     """Chain ids of one (sub-)session's turns, each extending the previous turn's: a turn's
     prompt mostly starts with the previous one's blocks, so only the rest is mixed."""
 
-    __slots__ = ("chain", "local", "scope")
+    __slots__ = ("chain", "n", "runs", "scope")
 
     def __init__(self, scope: int) -> None:
         self.scope = scope
-        self.local: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.runs: Runs = ()
+        self.n = 0  # blocks the previous turn used of its runs
         self.chain = ChainedIds()
 
-    def of(self, local: NDArray[np.int64]) -> BlockIds:
-        m = min(len(local), len(self.local))
-        differ = np.flatnonzero(local[:m] != self.local[:m])
-        p = int(differ[0]) if len(differ) else m  # blocks in common with the previous turn
+    def of(self, runs: Runs, n: int) -> BlockIds:
+        """The chain ids of the first ``n`` blocks of ``runs`` (maximal runs): only the
+        blocks past the previous turn's common prefix are expanded and mixed."""
+        p = min(common_blocks(runs, self.runs), n, self.n)  # blocks in common
         self.chain.cut(p)
-        self.chain.extend(content_keys(self.scope, local[p:]))
-        self.local = local
+        self.chain.extend(content_keys(self.scope, expand_runs(runs, p, n)))
+        self.runs, self.n = runs, n
         return self.chain.ids
 
 
@@ -226,11 +260,10 @@ def _items(
             think = first_think_s
         elif group_end is not None:
             think = max(0.0, e.t_s - group_end)
-        ids = expand_runs(e.runs)[: e.prompt_tokens // block]
         yield Turn(
             prompt_tokens=e.prompt_tokens,
             output_tokens=e.output_tokens,
-            block_hashes=ids_of.of(ids),
+            block_hashes=ids_of.of(e.runs, e.prompt_tokens // block),
             block_tokens=block,
             think_time_s=think,
             offset_s=e.t_s,

@@ -12,7 +12,7 @@ import pytest
 
 from simulator.specs.loading import SpecError
 from simulator.workload import trace_source
-from simulator.workload.agentic import expand_runs, parse_trace
+from simulator.workload.agentic import common_blocks, expand_runs, maximal_runs, parse_trace
 from simulator.workload.request import SubagentGroup, Turn, chain, content_keys, scope_key
 
 
@@ -21,8 +21,53 @@ def items(path: Path, **kw: Any) -> list[list[Turn | SubagentGroup]]:
 
 
 def test_expand_runs() -> None:
-    runs = np.array([[1, 3], [7, 7], [5, 6]], dtype=np.int64)
+    runs = ((1, 3), (7, 7), (5, 6))
     assert expand_runs(runs).tolist() == [1, 2, 3, 7, 5, 6]
+    for start in range(8):  # any slice, without making the ids before it
+        for stop in range(start, 9):
+            assert expand_runs(runs, start, stop).tolist() == [1, 2, 3, 7, 5, 6][start:stop]
+
+
+def test_common_blocks_is_the_first_difference_of_the_expanded_ids() -> None:
+    """On maximal runs the leading ids two prompts share, counted in run space, equal the
+    first index where their expanded ids differ: random prompts built of a few runs each
+    (as the traces' ranges are), cut, extended, diverging inside a run or between runs."""
+    rng = np.random.default_rng(3)
+    base = [(0, 99), (500, 520), (130, 131), (7, 7), (900, 1100)]
+    for _ in range(400):
+        k = int(rng.integers(0, len(base) + 1))
+        a = [*base[:k]]
+        if a and rng.random() < 0.5:  # end the last run early
+            lo, hi = a[-1]
+            a[-1] = (lo, int(rng.integers(lo, hi + 1)))
+        if rng.random() < 0.5:
+            a.append((int(rng.integers(0, 1200)),) * 2)
+        b = [*base[: int(rng.integers(0, len(base) + 1))]]
+        ra, rb = maximal_runs(a), maximal_runs(b)
+        ea, eb = expand_runs(ra), expand_runs(rb)
+        m = min(len(ea), len(eb))
+        differ = np.flatnonzero(ea[:m] != eb[:m])
+        assert common_blocks(ra, rb) == (int(differ[0]) if len(differ) else m)
+        assert expand_runs(ra).tolist() == expand_runs(tuple(a)).tolist()
+
+
+def test_split_ranges_give_the_ids_of_joined_ones() -> None:
+    """``[a, b], [b + 1, c]`` in a ranges-encoded trace is the run ``[a, c]``: turns whose
+    ranges are split differently still share their prefix, and get the ids made from scratch."""
+    scope = scope_key("agentic", "s")
+    prompts = [[[0, 99]], [[0, 49], [50, 149]], [[0, 149], 150, [151, 160]], [[0, 9], [20, 30]]]
+    requests = [
+        {"t": float(i), "in": 64 * sum(1 if isinstance(x, int) else x[1] - x[0] + 1 for x in ids),
+         "out": 1, "hash_ids": ids}
+        for i, ids in enumerate(prompts)
+    ]  # fmt: skip
+    trace = {"id": "s", "hash_ids_encoding": "ranges", "requests": requests}
+    turns = list(parse_trace(trace, "s").items)
+    for turn, ids in zip(turns, prompts, strict=True):
+        assert isinstance(turn, Turn)
+        plain = [v for x in ids for v in ([x] if isinstance(x, int) else range(x[0], x[1] + 1))]
+        fresh = chain(content_keys(scope, np.array(plain, dtype=np.int64)))
+        assert turn.block_hashes.tolist() == fresh.tolist()
 
 
 def test_each_turns_ids_are_a_fresh_chain_of_its_blocks() -> None:
