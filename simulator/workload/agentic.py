@@ -150,7 +150,9 @@ def expand_runs(runs: Runs, start: int = 0, stop: int | None = None) -> NDArray[
     """The ids of ``runs`` (``a, a+1, ..., b, ...``), from number ``start`` to ``stop``,
     without making those before ``start``."""
     parts: list[NDArray[np.int64]] = []
-    left = np.inf if stop is None else stop - start
+    if stop is None:
+        stop = sum(b - a + 1 for a, b in runs)
+    left = stop - start
     seen = 0
     for a, b in runs:
         if left <= 0:
@@ -158,7 +160,7 @@ def expand_runs(runs: Runs, start: int = 0, stop: int | None = None) -> NDArray[
         length = b - a + 1
         if seen + length > start:
             lo = a + max(start - seen, 0)
-            hi = int(min(b + 1, lo + left))
+            hi = min(b + 1, lo + left)
             parts.append(np.arange(lo, hi, dtype=np.int64))
             left -= hi - lo
         seen += length
