@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
 # Kernels per layer that survive when decode kernels are fused (attention, MoE, communication)
 FUSED_KERNELS_PER_LAYER = 3.0
-# at most this many rows are priced in scalar arithmetic (a template's context lines): below
-# it numpy's per-call cost is most of the price
-SCALAR_ROWS = 6
 
 
 class StepOps:
@@ -124,11 +121,17 @@ class StepOps:
         if self.static_off and not dynamic:
             return
         if count > 0 and m > 0:
-            w, peak = self.wbytes(group), self.peak(group)
-            work = ops.gemm(m, n, k, w)
-            precision = precision_of(self.m.card, self.m.serving, group)
-            curve = self.look.gemm(self.prefix + name, precision, n, k)
-            self.add(name, "gemm", cat, count, work, peak, curve, (m,), dynamic)
+            full = self.prefix + name
+            # what a line's name fixes (its weights' width and peak, its measured curve: the
+            # lookups bind a curve by name), found once per model
+            line = self.m.gemm_lines.get((full, group))
+            if line is None:
+                precision = precision_of(self.m.card, self.m.serving, group)
+                curve = self.look.gemm(full, precision, n, k)
+                line = (self.wbytes(group), self.peak(group), curve)
+                self.m.gemm_lines[full, group] = line
+            w, peak, curve = line
+            self.add(name, "gemm", cat, count, ops.gemm(m, n, k, w), peak, curve, (m,), dynamic)
             if self.want_shapes:
                 self.shapes[len(self.rows) - 1] = (m, n, k, w)
 
@@ -261,7 +264,7 @@ class StepOps:
         """Seconds x count of every recorded row (tallied by source). ``static_only``: the
         context rows are left at 0, unpriced and untallied (a template's share)."""
         lat = self.m.latency
-        if len(self.rows) <= SCALAR_ROWS and not self.want_shapes:
+        if not self.want_shapes:  # the vectorised pass: GEMM shape tables need it
             return self._row_totals_scalar(static_only)
         _, classes, _, counts, flops, bytes_, kernels, peaks = zip(*self.rows, strict=True)
         kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
@@ -289,7 +292,9 @@ class StepOps:
         return total
 
     def _row_totals_scalar(self, static_only: bool) -> NDArray[np.float64]:
-        """``row_totals`` of a few rows in scalar arithmetic (``compute_seconds_one``)."""
+        """``row_totals`` in scalar arithmetic (``compute_seconds_one``, the same floats):
+        most rows of a step are answered by measured curves one at a time anyway, and for the
+        few left numpy's per-call cost would be most of the price."""
         lat = self.m.latency
         secs: list[float] = []
         rest: list[tuple[int, str]] = []
@@ -394,33 +399,39 @@ class StepOps:
         """Seconds x count of every recorded collective (tallied by source); ``static_only``
         as in ``row_totals``."""
         lat = self.m.latency
-        keep = [i for i, d in enumerate(self.dyn_colls) if not (static_only and d)]
-        _, classes, counts, sizes, worlds, all_curves = zip(*self.colls, strict=True)
-        kept = set(keep)
-        curves = [c if i in kept else None for i, c in enumerate(all_curves)]
-        secs = [0.0] * len(curves)
-        rest = [i for i in keep if curves[i] is None]
+        skip = self.dyn_colls if static_only else None
+        secs = [0.0] * len(self.colls)
+        rest: list[int] = []
+        asked: list[int] = []
+        for i, c in enumerate(self.colls):
+            if skip is None or not skip[i]:
+                (rest if c[5] is None else asked).append(i)
+        colls = self.colls
         if rest:
             priced = lat.collective_seconds_mixed(
-                [classes[i] for i in rest], [sizes[i] for i in rest], [worlds[i] for i in rest]
-            )
+                [colls[i][1] for i in rest], [colls[i][3] for i in rest],
+                [colls[i][4] for i in rest],
+            )  # fmt: skip
             for i, t in zip(rest, priced, strict=True):
                 secs[i] = t
+        zero: dict[int, float] = {}
         if self.fused:  # fused kernels hide the latency term of small collectives
-            zero = [0.0] * len(curves)
+            keep = sorted(rest + asked)
             at_zero = lat.collective_seconds_mixed(
-                [classes[i] for i in keep], [0.0] * len(keep), [worlds[i] for i in keep]
+                [colls[i][1] for i in keep], [0.0] * len(keep), [colls[i][4] for i in keep]
             )
             for i, z in zip(keep, at_zero, strict=True):
-                curve = curves[i]
+                curve = colls[i][5]
                 zero[i] = z if curve is None else curve.seconds(1.0)
-            secs = [max(t - z, 0.0) for t, z in zip(secs, zero, strict=True)]
-        asked = []
-        for i, curve in enumerate(curves):
-            if curve is not None:
-                t = curve.seconds(sizes[i])
-                secs[i] = max(t - zero[i], 0.0) if self.fused else t
-                asked.append((i, curve, curve.last_outside))
-        total: NDArray[np.float64] = np.array(secs) * np.array(counts)
-        self._account(total, [(i, classes[i]) for i in rest], asked)
+            for i in rest:
+                secs[i] = max(secs[i] - zero[i], 0.0)
+        tally = []
+        for i in asked:
+            curve = colls[i][5]
+            assert curve is not None
+            t = curve.seconds(colls[i][3])
+            secs[i] = max(t - zero[i], 0.0) if self.fused else t
+            tally.append((i, curve, curve.last_outside))
+        total: NDArray[np.float64] = np.array(secs) * np.array([c[2] for c in colls])
+        self._account(total, [(i, colls[i][1]) for i in rest], tally)
         return total

@@ -16,7 +16,7 @@ the GPU work of step n). Pure-decode batches are padded to the CUDA-graph captur
 from __future__ import annotations
 
 import bisect
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +41,9 @@ from simulator.specs.precision import (
 )
 from simulator.specs.serving import ServingConfig
 from simulator.weights import precision_of
+
+if TYPE_CHECKING:
+    from simulator.measured.lookup import Curve
 
 
 class GemmShape(NamedTuple):
@@ -120,6 +123,9 @@ class StepCostModel:
         # EP dispatch / combine curves by line (None: the device's table or prior), made
         # at the first step that asks (simulator/cost/moe_ep.py)
         self.alltoall_curves: dict[str, AllToAllCurve | None] = {}
+        # plain GEMM lines by (name, module group): weight bytes per element, peak FLOP/s and
+        # measured curve (``StepOps.gemm``)
+        self.gemm_lines: dict[tuple[str, str], tuple[float, float, Curve | None]] = {}
         self.decode_query_len = 1 + serving.num_speculative_tokens
         self.graph_sizes = cuda_graph_sizes(max_num_seqs, self.decode_query_len)
         self.pricer = CompiledPricer(self)  # needs the graph sizes: they are in its identity

@@ -37,6 +37,8 @@ Family = tuple[Any, ...]
 MEASURED, EXTRAPOLATED, TRANSFERRED = 0, 1, 2
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "moe_alltoall")
 FIT_ROWS = 3000  # rows the baseline is fitted on (an even subsample: the fit is smooth)
+# 1-D query values a curve remembers before it starts afresh (a bound on memory)
+MEMO_MAX = 8192
 
 
 class Baseline:
@@ -244,7 +246,7 @@ class Curve:
     """
 
     __slots__ = (
-        "_t1", "_t2", "family", "fdict", "fixed", "free", "last_outside", "logs", "model",
+        "_memo", "_t1", "_t2", "family", "fdict", "fixed", "free", "last_outside", "logs", "model",
         "outside", "queries", "status", "table", "values",
     )  # fmt: skip
 
@@ -272,6 +274,9 @@ class Curve:
         self.last_outside = False
         # the 1-D fast path (GEMMs, MoE, collectives: most lines of a step)
         self._t1 = [float(v) for v in self.table] if self.table.ndim == 1 else []
+        # 1-D queries inside the grid, by value: a replay asks the same token counts again
+        # and again (a new step template prices every GEMM at its padded token count)
+        self._memo: dict[float, float] = {}
         # the 2-D one (MLA decode over batch x context, KDA prefill over batch x length: a
         # query every step), where both axes have two or more points; Python floats, whose
         # products are the numpy scalars' (IEEE binary64 either way)
@@ -291,14 +296,24 @@ class Curve:
 
     def seconds(self, *x: float) -> float:
         if self._t1 and len(self._t1) > 1:
-            logs, v = self.logs[0], x[0]
+            v = x[0]
+            known = self._memo.get(v)
+            if known is not None:
+                self.queries += 1
+                self.last_outside = False
+                return known
+            logs = self.logs[0]
             lx = math.log(v) if v > 0 else -math.inf
             if logs[0] <= lx <= logs[-1]:
                 self.queries += 1
                 self.last_outside = False
                 i = min(bisect.bisect_right(logs, lx) - 1, len(logs) - 2)
                 t0, t1 = self._t1[i], self._t1[i + 1]
-                return math.exp(t0 + (t1 - t0) * (lx - logs[i]) / (logs[i + 1] - logs[i]))
+                out = math.exp(t0 + (t1 - t0) * (lx - logs[i]) / (logs[i + 1] - logs[i]))
+                if len(self._memo) >= MEMO_MAX:
+                    self._memo.clear()
+                self._memo[v] = out
+                return out
         elif self._t2:
             la, lb = self.logs
             a, b = x

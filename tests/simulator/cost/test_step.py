@@ -110,6 +110,35 @@ def test_fused_decode_kernels_remove_fixed_costs() -> None:
     assert fused.step(*prefill).seconds == plain.step(*prefill).seconds
 
 
+@pytest.mark.parametrize("tables", [False, True], ids=["priors", "measured"])
+def test_fused_collectives_lose_their_latency_term(tables: bool) -> None:
+    """Under fused decode kernels a collective costs its time at its size less its time at
+    (almost) none: the measured curve's at 1 byte, or the prior's at 0."""
+    profile = catalog.hardware_profile("h100")
+    lat = LatencyModels.for_device(profile) if tables else LatencyModels(profile)
+    if tables and lat.tables is None:
+        pytest.skip("the measured extra (aiconfigurator-core) is not installed")
+    serving = ServingConfig(tp=8, fused_decode_kernels=True)
+    m = StepCostModel(catalog.model_card("llama-3.3-70b"), profile, serving, lat)
+    lines = m.step(*decode(16, 4000), detail=True).lines
+    comm = [x for x in lines if x.category == "communication"]
+    assert len(comm) >= 3
+    prior = LatencyModels(profile)
+    curves = 0
+    for line in comm:
+        curve = m.lookups._by_name.get(line.name)
+        if curve is not None:
+            curves += 1
+            want = max(curve.seconds(line.bytes) - curve.seconds(1.0), 0.0)
+        else:
+            full, zero = prior.collective_seconds_mixed(
+                [line.op_class] * 2, [line.bytes, 0.0], [8.0, 8.0]
+            )
+            want = max(full - zero, 0.0)
+        assert line.seconds == want * line.count, line.name
+    assert (curves > 0) == tables
+
+
 @pytest.mark.parametrize("requests", [1, 7, 64])
 def test_cpu_time_bounds_tiny_steps(requests: int) -> None:
     # a host that needs 20 ms + 0.1 ms per request: the step is CPU-bound at that time
