@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import typer
 
-MODULES = ("examples", "memory", "ops", "profiles", "run", "search", "size", "workload")
+MODULES = (
+    "examples", "memory", "ops", "profiles", "run", "search", "size", "step", "validate",
+    "workload",
+)  # fmt: skip
 # top-level command -> the module that registers it (tests/cli/test_cli_surface.py checks it)
 COMMAND_MODULES = {
     "demo": "memory",
@@ -30,8 +33,8 @@ COMMAND_MODULES = {
     "run": "run",
     "search": "search",
     "size": "size",
-    "step": "ops",
-    "validate": "ops",
+    "step": "step",
+    "validate": "validate",
     "workload": "workload",
 }
 

@@ -163,7 +163,8 @@ def test_plan_run_imports_no_planner(tmp_path: Path) -> None:
         "import sys\nsys.argv = ['plan', 'run', '--help']\nfrom simulator.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith(('simulator.planner',"
-        " 'simulator.cli.search', 'simulator.cli.ops'))))"
+        " 'simulator.cli.search', 'simulator.cli.ops', 'simulator.cli.step',"
+        " 'simulator.cli.validate'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
