@@ -9,7 +9,8 @@ a plain run loads them into a fresh template store and prices them all twice:
   own mix;
 - ``hits``: every key known, every step a template reuse.
 
-It prints both walls per repeat, their medians, the misses, and a checksum of every price
+It prints both walls per repeat, their medians and fastest (``--shapes N``: the first N
+shapes only, for quicker alternating pairs), the misses, and a checksum of every price
 and of the latency models' tallies, so two versions of the pricing code can be compared for
 speed and for exactness in one go (run each, alternating, on the same capture; a capture
 holds the model as pickled by the code that made it, so take a new one when the model's
@@ -17,6 +18,7 @@ fields change).
 
 Run:  .venv/bin/python benchmarks/pricing_alone.py --capture [--out /tmp/pricing-alone.pkl]
       .venv/bin/python benchmarks/pricing_alone.py [--out /tmp/pricing-alone.pkl] [--repeats 3]
+                                                   [--shapes 40000]
 """
 
 from __future__ import annotations
@@ -65,9 +67,10 @@ def capture(trace: Path, out: Path) -> None:
     print(f"captured {len(shapes):,} step shapes -> {out}")
 
 
-def measure(out: Path, repeats: int) -> None:
+def measure(out: Path, repeats: int, first: int | None = None) -> None:
     with out.open("rb") as fh:
         model, shapes = pickle.load(fh)
+    shapes = shapes[:first]
     firsts, hits, digests, misses = [], [], set(), 0
     for _ in range(repeats):
         clear_shared_templates()
@@ -95,8 +98,8 @@ def measure(out: Path, repeats: int) -> None:
     f, r = statistics.median(firsts), statistics.median(hits)
     digest = " ".join(sorted(digests)) + ("" if len(digests) == 1 else "  (repeats DIFFER)")
     print(f"{n:,} shapes, {misses:,} misses (templates made), checksum {digest}")
-    print(f"first pass median {f:.2f} s ({f / n * 1e6:.0f} us a step)")
-    print(f"all hits median   {r:.2f} s ({r / n * 1e6:.0f} us a step)")
+    print(f"first pass median {f:.2f} s ({f / n * 1e6:.0f} us a step), fastest {min(firsts):.2f} s")
+    print(f"all hits median   {r:.2f} s ({r / n * 1e6:.0f} us a step), fastest {min(hits):.2f} s")
 
 
 def main() -> None:
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--out", type=Path, default=Path("/tmp/pricing-alone.pkl"))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shapes", type=int, help="price only the first N shapes (quicker)")
     args = parser.parse_args()
     if args.capture:
         if not args.trace.exists():
@@ -113,7 +117,7 @@ def main() -> None:
     else:
         if not args.out.exists():
             raise SystemExit(f"{args.out}: no capture yet (run with --capture first)")
-        measure(args.out, args.repeats)
+        measure(args.out, args.repeats, args.shapes)
 
 
 if __name__ == "__main__":
