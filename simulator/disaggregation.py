@@ -32,7 +32,7 @@ from simulator.cache.transfer import (
     reserve,
     send_back_tokens,
 )
-from simulator.metrics import PinRecord, TransferRecord
+from simulator.records import PinRecord, TransferRecord
 from simulator.scheduler import ReqState, Status
 
 if TYPE_CHECKING:

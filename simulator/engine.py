@@ -33,7 +33,7 @@ from simulator.cache.transfer import Nics
 from simulator.cost.shapes import StepShape
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec, PrefillDecode
-from simulator.metrics import HitRecord, OpenStep, Recorder, StepRecord
+from simulator.records import HitRecord, OpenStep, Recorder, StepRecord
 from simulator.scheduler import ReqState, Scheduler, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import EMPTY_IDS, Request

@@ -23,9 +23,10 @@ from simulator.memory import (
     kv_layout,
     plan_memory,
 )
-from simulator.metrics import Pools, Recorder, Summary, summarize
+from simulator.metrics import Summary, summarize
 from simulator.pd_pools import disaggregation_spec as disaggregation_spec
 from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
+from simulator.records import Pools, Recorder
 from simulator.scheduler import ReqState, Scheduler, Status, lazy_output_ids
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard

@@ -12,9 +12,9 @@ from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.memory import default_batch_limits
-from simulator.metrics import quarters_text, unsteady
 from simulator.specs import Scenario, SpecError
 from simulator.specs.loading import parse
+from simulator.window import quarters_text, unsteady
 
 PAGE = "whatif"
 SOURCE = "what-if"

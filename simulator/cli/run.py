@@ -106,8 +106,8 @@ def _run(
 ) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from simulator.metrics import quarters_text, unsteady
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
+    from simulator.window import quarters_text, unsteady
 
     base = scenario_file.resolve().parent
     # checked and marked in progress before anything is simulated; written into a temporary

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.metrics import unsteady
 from simulator.specs.scenario import SLO, Scenario
+from simulator.window import unsteady
 
 # Student-t 0.975 quantiles by degrees of freedom (scipy.stats.t.ppf(0.975, df)), so the core
 # does not need scipy at import time for a handful of constants

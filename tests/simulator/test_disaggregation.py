@@ -17,7 +17,8 @@ from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
-from simulator.metrics import Pools, Recorder, summarize
+from simulator.metrics import summarize
+from simulator.records import Pools, Recorder
 from simulator.scheduler import ReqState, Scheduler, Status
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, closed_loop, open_loop

@@ -15,7 +15,8 @@ from simulator.cache import CacheConfig, KVCacheManager
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.engine import Engine, ReplicaParts
-from simulator.metrics import Recorder, summarize
+from simulator.metrics import summarize
+from simulator.records import Recorder
 from simulator.scheduler import Scheduler, Status
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, closed_loop, open_loop

@@ -11,8 +11,9 @@ import pytest
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.engine import Engine
-from simulator.metrics import Recorder, summarize
+from simulator.metrics import summarize
 from simulator.planner.deploy import serve_flags
+from simulator.records import Recorder
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, closed_loop, open_loop
 from tests.simulator.test_token_timing import H100, LLAMA, parts, sessions

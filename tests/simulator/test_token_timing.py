@@ -24,7 +24,8 @@ from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel, shape_of
 from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
-from simulator.metrics import Recorder, summarize
+from simulator.metrics import summarize
+from simulator.records import Recorder
 from simulator.scheduler import ReqState, Scheduler, Status
 from simulator.specs import HardwareProfile, ServingConfig
 from simulator.workload.replay import Replay, closed_loop

@@ -26,7 +26,8 @@ from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
-from simulator.metrics import Pools, Recorder, Summary, summarize
+from simulator.metrics import Summary, summarize
+from simulator.records import Pools, Recorder
 from simulator.scheduler import ReqState, Scheduler, Status
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, closed_loop, open_loop
@@ -455,7 +456,8 @@ def test_waiting_and_in_flight_requests_at_the_end() -> None:
 def test_hit_rate_quarters_show_a_cache_that_switches_state_inside_the_window() -> None:
     """Each quarter's hit rate is the window formula on that quarter; quarters of 90 % and
     0 % hits mark the run unsteady, quarters a few points apart do not."""
-    from simulator.metrics import HitRecord, StepRecord, hit_rate_quarters, unsteady
+    from simulator.records import HitRecord, StepRecord
+    from simulator.window import hit_rate_quarters, unsteady
 
     def recorder(hits: list[float]) -> Recorder:
         rec = Recorder()
