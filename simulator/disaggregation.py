@@ -33,7 +33,7 @@ from simulator.cache.transfer import (
     send_back_tokens,
 )
 from simulator.records import PinRecord, TransferRecord
-from simulator.scheduler import ReqState, Status
+from simulator.states import ReqState, Status
 
 if TYPE_CHECKING:
     from simulator.engine import Engine, Replica, Router

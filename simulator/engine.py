@@ -34,7 +34,8 @@ from simulator.cost.shapes import StepShape
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec, PrefillDecode
 from simulator.records import HitRecord, OpenStep, Recorder, StepRecord
-from simulator.scheduler import ReqState, Scheduler, StepPlan
+from simulator.scheduler import Scheduler
+from simulator.states import ReqState, StepPlan
 from simulator.workload.replay import Due, Replay
 from simulator.workload.request import EMPTY_IDS, Request
 

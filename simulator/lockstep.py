@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from simulator.scheduler import ReqState, Scheduler
+    from simulator.scheduler import Scheduler
+    from simulator.states import ReqState
 
 # off only to compare with the per-request path (tests, benchmarks); the answers are the same
 ENABLED = True

@@ -50,8 +50,8 @@ from typing import Any, Literal
 import numpy as np
 
 from simulator.records import Pools, Recorder
-from simulator.scheduler import ReqState, Status
 from simulator.specs.frozen import Frozen
+from simulator.states import ReqState, Status
 from simulator.window import (
     PromptLog,
     Window,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from simulator.scheduler import ReqState
+from simulator.states import ReqState
 
 
 @dataclass(slots=True)

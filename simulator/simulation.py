@@ -27,11 +27,12 @@ from simulator.metrics import Summary, summarize
 from simulator.pd_pools import disaggregation_spec as disaggregation_spec
 from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.records import Pools, Recorder
-from simulator.scheduler import ReqState, Scheduler, Status, lazy_output_ids
+from simulator.scheduler import Scheduler, lazy_output_ids
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.scenario import Scenario, TraceWorkload
 from simulator.specs.serving import ServingConfig
+from simulator.states import ReqState, Status
 from simulator.workload import build_replay
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.records import OpenStep, Recorder, StepRecord
-from simulator.scheduler import ReqState, Status
+from simulator.states import ReqState, Status
 
 # quarters of the window whose prefix-hit rates differ by more than this (a fraction) mark a
 # run as not steady: an assumption (a cache switching between ~90 % and ~0 % hits,

@@ -17,8 +17,9 @@ from simulator.cost.step import StepCostModel
 from simulator.engine import Engine, ReplicaParts
 from simulator.metrics import summarize
 from simulator.records import Recorder
-from simulator.scheduler import Scheduler, Status
+from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
+from simulator.states import Status
 from simulator.workload.replay import Replay, closed_loop, open_loop
 from simulator.workload.request import Session, Turn, chain, content_keys
 
@@ -198,7 +199,7 @@ def test_cpu_tier_serves_evicted_prefixes_after_an_async_load() -> None:
 def test_engine_step_sums_equal_the_cost_models() -> None:
     from simulator.cost.step import shape_of
     from simulator.engine import Replica
-    from simulator.scheduler import StepPlan
+    from simulator.states import StepPlan
 
     gpt = catalog.model_card("gpt-oss-120b")  # sliding-window layers: the windowed sums matter
     cost = StepCostModel(gpt, H100, ServingConfig(tp=8), LatencyModels(H100))

@@ -18,9 +18,10 @@ import pytest
 
 from simulator import lockstep
 from simulator.lockstep import NO_STEP_S, Lockstep
-from simulator.scheduler import ReqState, Scheduler
+from simulator.scheduler import Scheduler
 from simulator.simulation import SimResult, simulate
 from simulator.specs import Scenario
+from simulator.states import ReqState
 from simulator.workload.request import EMPTY_IDS, Request
 
 RANDOM = {"kind": "random", "input_tokens": 3000, "output_tokens": 400, "num_requests": 120,

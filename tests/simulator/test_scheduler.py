@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.cache import CacheConfig, KVCacheManager
-from simulator.scheduler import ReqState, Scheduler, Status
+from simulator.scheduler import Scheduler
+from simulator.states import ReqState, Status
 from simulator.workload.request import Request
 
 BLOCK = 16

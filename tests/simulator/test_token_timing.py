@@ -26,8 +26,9 @@ from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
 from simulator.metrics import summarize
 from simulator.records import Recorder
-from simulator.scheduler import ReqState, Scheduler, Status
+from simulator.scheduler import Scheduler
 from simulator.specs import HardwareProfile, ServingConfig
+from simulator.states import ReqState, Status
 from simulator.workload.replay import Replay, closed_loop
 from simulator.workload.request import Session, Turn, chain, content_keys
 

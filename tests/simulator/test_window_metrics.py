@@ -28,8 +28,9 @@ from simulator.disaggregation import DisaggSpec
 from simulator.engine import Engine, ReplicaParts
 from simulator.metrics import Summary, summarize
 from simulator.records import Pools, Recorder
-from simulator.scheduler import ReqState, Scheduler, Status
+from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
+from simulator.states import ReqState, Status
 from simulator.workload.replay import Replay, closed_loop, open_loop
 from simulator.workload.request import Session, Turn, chain, content_keys
 
