@@ -36,7 +36,8 @@ from simulator.records import PinRecord, TransferRecord
 from simulator.states import ReqState, Status
 
 if TYPE_CHECKING:
-    from simulator.engine import Engine, Replica, Router
+    from simulator.engine import Engine, Router
+    from simulator.replica import Replica
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from simulator import catalog, lockstep
 from simulator.cost.latency import LatencyModels
 from simulator.cost.shapes import CATEGORIES
 from simulator.cost.step import StepCostModel
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.gc_pause import full_collections_paused
 from simulator.measured.summary import describe
 from simulator.memory import (
@@ -27,6 +27,7 @@ from simulator.metrics import Summary, summarize
 from simulator.pd_pools import disaggregation_spec as disaggregation_spec
 from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.records import Pools, Recorder
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler, lazy_output_ids
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard

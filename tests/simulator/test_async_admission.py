@@ -12,7 +12,8 @@ from simulator import catalog
 from simulator.cache import CacheConfig, KVCacheManager
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
 from simulator.workload.replay import Replay, open_loop

@@ -16,9 +16,10 @@ from simulator.cache.transfer import send_back_tokens
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.metrics import summarize
 from simulator.records import Pools, Recorder
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
 from simulator.states import ReqState, Status

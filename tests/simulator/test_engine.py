@@ -14,9 +14,10 @@ from simulator import catalog
 from simulator.cache import CacheConfig, KVCacheManager
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.metrics import summarize
 from simulator.records import Recorder
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
 from simulator.states import Status
@@ -198,7 +199,7 @@ def test_cpu_tier_serves_evicted_prefixes_after_an_async_load() -> None:
 
 def test_engine_step_sums_equal_the_cost_models() -> None:
     from simulator.cost.step import shape_of
-    from simulator.engine import Replica
+    from simulator.replica import Replica
     from simulator.states import StepPlan
 
     gpt = catalog.model_card("gpt-oss-120b")  # sliding-window layers: the windowed sums matter

@@ -47,7 +47,7 @@ def test_spec_error_survives_pickle_and_simpy_style_rebuild() -> None:
 def test_scheduler_stall_error_needs_nothing_more() -> None:
     """The engine's other error takes its message as its one argument: it pickles and SimPy
     rebuilds it as it is."""
-    from simulator.engine import SchedulerStallError
+    from simulator.replica import SchedulerStallError
 
     err = SchedulerStallError("cache full, nothing to preempt")
     for copy in (pickle.loads(pickle.dumps(err)), type(err)(*err.args)):

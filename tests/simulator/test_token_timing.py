@@ -17,15 +17,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.engine as engine_mod
+import simulator.replica as replica_mod
 from simulator import catalog
 from simulator.cache import CacheConfig, KVCacheManager, TransferSizer
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel, shape_of
 from simulator.disaggregation import DisaggSpec
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.metrics import summarize
 from simulator.records import Recorder
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs import HardwareProfile, ServingConfig
 from simulator.states import ReqState, Status
@@ -156,7 +157,7 @@ def test_steady_decode_gaps_equal_the_step_times(
     fast_forward: bool, delay_s: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not fast_forward:
-        monkeypatch.setattr(engine_mod, "MAX_FAST_FORWARD", 1)
+        monkeypatch.setattr(replica_mod, "MAX_FAST_FORWARD", 1)
     out = 300
     rec, cost = run([[(64, out, 0.0)]], delay_s=delay_s)
     (r,) = rec.requests
@@ -261,7 +262,7 @@ def test_tokens_never_go_backwards(  # type: ignore[no-untyped-def]
 ) -> None:
     with pytest.MonkeyPatch.context() as mp:
         if not fast_forward:
-            mp.setattr(engine_mod, "MAX_FAST_FORWARD", 1)
+            mp.setattr(replica_mod, "MAX_FAST_FORWARD", 1)
         rec: Recorder
         rec, _ = run(
             spec, delay_s=delay_s, users=users, budget=budget, k=k,

@@ -19,15 +19,16 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import simulator.engine as engine_mod
+import simulator.replica as replica_mod
 from simulator import catalog
 from simulator.cache import CacheConfig, KVCacheManager, TransferSizer
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
 from simulator.disaggregation import DisaggSpec
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.metrics import Summary, summarize
 from simulator.records import Pools, Recorder
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs import ServingConfig
 from simulator.states import ReqState, Status
@@ -175,7 +176,7 @@ def test_a_workload_bounded_run_gives_the_old_formulas_figures(  # type: ignore[
     and TTFT are what the finished-requests formula gave."""
     with pytest.MonkeyPatch.context() as mp:
         if not fast_forward:
-            mp.setattr(engine_mod, "MAX_FAST_FORWARD", 1)
+            mp.setattr(replica_mod, "MAX_FAST_FORWARD", 1)
         rec = engine(
             sessions(spec), users=users, k=k, disaggregated=disaggregated, num_blocks=blocks
         ).run()
@@ -378,7 +379,7 @@ def test_a_run_that_is_still_busy_ends_at_its_duration() -> None:
 def test_interactivity_includes_the_gaps_of_requests_still_running(fast_forward: bool) -> None:
     with pytest.MonkeyPatch.context() as mp:
         if not fast_forward:
-            mp.setattr(engine_mod, "MAX_FAST_FORWARD", 1)
+            mp.setattr(replica_mod, "MAX_FAST_FORWARD", 1)
         # one request decoding 20,000 tokens (~10 ms a step), cut after 5 s: nothing finishes
         rec = engine(
             sessions([[(64, 20_000, 0.0)]]), users=1, duration_s=5.0, num_blocks=2000

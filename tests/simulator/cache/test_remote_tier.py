@@ -8,9 +8,10 @@ import pytest
 
 from simulator.cache import CacheConfig, KVCacheManager
 from simulator.cache.remote_tier import RemoteTier
-from simulator.engine import Engine, ReplicaParts
+from simulator.engine import Engine
 from simulator.metrics import summarize
 from simulator.pd_pools import load_bytes_with_store
+from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler
 from simulator.specs.hardware import Link
 from simulator.workload.replay import Replay, closed_loop
