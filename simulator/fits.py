@@ -63,7 +63,7 @@ class _Probe:
 
     def trial(self, tp: int) -> ServingConfig | None:
         """The deployment at ``tp``, or None when tp does not divide the heads / experts."""
-        from simulator.memory import check_deployment
+        from simulator.deployment import check_deployment
 
         if tp not in self._trials:
             trial = _trial(self.serving, tp)

@@ -10,180 +10,32 @@ pool, and for hybrids the block size is raised until one attention page holds a 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
-
 from pydantic import Field
 
-from simulator import expert_parallel, sparse_attention
+from simulator import sparse_attention
+from simulator.deployment import (
+    GIB,
+    batch_limits,
+    check_deployment,
+    check_device,
+    effective_max_model_len,
+)
+from simulator.kv_layout import (
+    KvLayout,
+    attention_bytes_per_token_per_layer,
+    blocks_per_seq,
+    kv_layout,
+    state_bytes_per_layer,
+)
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
-from simulator.specs.loading import SpecError
-from simulator.specs.model import FULL_ATTENTION_KINDS, LINEAR_KINDS, SPARSE_KINDS, ModelCard
-from simulator.specs.precision import (
-    STATE_BYTES,
-    kv_element_bytes,
-    mla_kv_bytes_per_token,
-)
+from simulator.specs.model import FULL_ATTENTION_KINDS, LINEAR_KINDS, ModelCard
 from simulator.specs.serving import ServingConfig
 from simulator.vision import images_profiled, vision_activation_reserve_bytes
 from simulator.weights import weights_per_gpu
 
-GIB = float(1 << 30)
-# Smallest KV block the attention kernels accept (FlashAttention / FlashInfer / Triton: 16 tokens).
-KERNEL_BLOCK_TOKENS = 16
-# vLLM aligns MLA hybrids to at least 128 tokens (platforms/interface.py:_align_hybrid_block_size).
-MLA_HYBRID_ALIGN_TOKENS = 128
 # vLLM fused_moe processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE).
 FUSED_MOE_CHUNK_TOKENS = 16384
-
-
-def default_batch_limits(device: HardwareProfile) -> tuple[int, int]:
-    """vLLM's OpenAI-server defaults (max_num_batched_tokens, max_num_seqs) by device memory.
-
-    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GB: 16384 / 1024; >= 70 GB: 8192 / 1024;
-    otherwise 2048 / 256.
-    """
-    gb = device.usable_memory_bytes / 1e9
-    if gb >= 160:
-        return 16384, 1024
-    if gb >= 70:
-        return 8192, 1024
-    return 2048, 256
-
-
-def batch_limits(device: HardwareProfile, serving: ServingConfig) -> tuple[int, int]:
-    tokens, seqs = default_batch_limits(device)
-    return serving.max_num_batched_tokens or tokens, serving.max_num_seqs or seqs
-
-
-# --------------------------------------------------------------------------- per-token / per-seq
-
-
-def attention_bytes_per_token_per_layer(
-    card: ModelCard, serving: ServingConfig, kind: str
-) -> float:
-    """KV bytes one attention layer stores per token on one GPU (before DCP)."""
-    if kind in SPARSE_KINDS:  # sparse MLA (+ indexer keys), DeepSeek-V4 compressed entries
-        return sparse_attention.kv_bytes_per_token_per_layer(card, serving, kind)
-    if kind == "mla":
-        m = card.mla
-        assert m is not None
-        # the latent is shared by all heads: replicated on every TP rank
-        return mla_kv_bytes_per_token(serving.kv_cache_dtype, m.kv_lora_rank, m.qk_rope_head_dim)
-    g = card.gqa
-    assert g is not None
-    elem = kv_element_bytes(serving.kv_cache_dtype)
-    heads = max(g.num_kv_heads / serving.tp, 1.0)  # split by TP, replicated below one per rank
-    per_token = 2 * heads * g.head_dim * elem
-    if kind == "sparse_gqa" and g.index_num_heads and g.index_head_dim:
-        # Assumption: the indexer caches index_num_heads keys of index_head_dim per token,
-        # split across TP like the KV heads (MiniMax-M3 does not document its cache layout).
-        per_token += max(g.index_num_heads / serving.tp, 1.0) * g.index_head_dim * elem
-    return per_token
-
-
-def state_bytes_per_layer(card: ModelCard, serving: ServingConfig) -> float:
-    """Recurrent + conv state of one linear-attention layer for one sequence on one GPU."""
-    la = card.linear_attention
-    assert la is not None
-    dtype = serving.state_dtype or la.state_dtype
-    recurrent = la.num_v_heads * la.head_k_dim * la.head_v_dim * STATE_BYTES[dtype]
-    conv = la.conv_dim * (la.conv_kernel_size - 1 + serving.num_speculative_tokens) * 2  # bf16
-    return (recurrent + conv) / serving.tp  # split by TP heads, never by DCP
-
-
-@dataclass(frozen=True)
-class KvGroup:
-    kind: Literal["full", "swa", "mamba"]
-    layers: int  # real layers in the group (the rest of group_size is padding)
-
-
-@dataclass(frozen=True)
-class KvLayout:
-    """vLLM's KV cache groups for one model and serving config (per GPU)."""
-
-    block_size_tokens: int  # tokens per block per rank (the scheduler's block covers x dcp)
-    page_bytes: float  # one layer's page of one block
-    group_size: int  # layers per group, padding included
-    groups: tuple[KvGroup, ...]
-    sliding_window_tokens: int | None
-
-    @property
-    def bytes_per_block(self) -> float:
-        return self.group_size * self.page_bytes
-
-    def count(self, kind: str) -> int:
-        return sum(1 for g in self.groups if g.kind == kind)
-
-
-def kv_layout(card: ModelCard, serving: ServingConfig) -> KvLayout:
-    if card.compressed_attention is not None:  # DeepSeek-V4: an equivalent layout
-        return sparse_attention.compressed_kv_layout(card, serving)
-    kinds = card.layer_kinds
-    full_tok = max(
-        (
-            attention_bytes_per_token_per_layer(card, serving, k)
-            for k in set(kinds) & FULL_ATTENTION_KINDS
-        ),
-        default=0.0,
-    )
-    swa_tok = attention_bytes_per_token_per_layer(card, serving, "swa") if "swa" in kinds else 0.0
-    # Pages must be equal across groups; a model mixing full and sliding layers of different
-    # widths would be padded to the wider one.
-    attn_tok = max(full_tok, swa_tok)
-    counts = {
-        "full": sum(1 for k in kinds if k in FULL_ATTENTION_KINDS),
-        "swa": sum(1 for k in kinds if k == "swa"),
-        "mamba": sum(1 for k in kinds if k in LINEAR_KINDS),
-    }
-    block = serving.block_size_tokens
-    if counts["mamba"]:
-        state_page = state_bytes_per_layer(card, serving)
-        if attn_tok > 0:
-            align = max(KERNEL_BLOCK_TOKENS, serving.block_size_tokens)
-            if "mla" in kinds:
-                align = max(align, MLA_HYBRID_ALIGN_TOKENS)
-            block = max(block, align * math.ceil(state_page / (align * attn_tok)))
-            page = block * attn_tok  # the state page is padded up to this
-        else:
-            page = state_page
-    else:
-        page = block * attn_tok
-    present = {k: n for k, n in counts.items() if n}
-    lo, hi = min(present.values()), max(present.values())
-    group_size = hi if hi < 1.5 * lo else lo
-    groups: list[KvGroup] = []
-    for kind, n in present.items():
-        n_groups = math.ceil(n / group_size)
-        for i in range(n_groups):
-            real = min(group_size, n - i * group_size)
-            groups.append(KvGroup(kind=kind, layers=real))  # type: ignore[arg-type]
-    window = card.gqa.sliding_window_tokens if card.gqa is not None and counts["swa"] else None
-    return KvLayout(
-        block_size_tokens=block,
-        page_bytes=page,
-        group_size=group_size,
-        groups=tuple(groups),
-        sliding_window_tokens=window,
-    )
-
-
-def blocks_per_seq(layout: KvLayout, serving: ServingConfig, context_tokens: int) -> int:
-    """Blocks of the shared pool one running sequence of ``context_tokens`` holds."""
-    b = layout.block_size_tokens
-    full = layout.count("full") * math.ceil(context_tokens / (b * serving.dcp))
-    swa = 0
-    if layout.sliding_window_tokens is not None:
-        window_blocks = math.ceil((layout.sliding_window_tokens - 1) / b) + 1
-        swa = layout.count("swa") * min(math.ceil(context_tokens / b), window_blocks)
-    k = serving.num_speculative_tokens
-    # align mode (prefix caching on): running state + previous boundary state (+1 per draft)
-    state_pages = (2 if serving.enable_prefix_caching else 1) + k
-    return full + swa + layout.count("mamba") * state_pages
-
 
 # --------------------------------------------------------------------------- activations
 
@@ -284,124 +136,6 @@ def _placement(row_bytes: float, replicated: float, group: str, serving: Serving
     if replicated > 0:
         return "mixed"
     return "EP-sharded" if group == "routed_experts" and serving.ep > 1 else "TP-sharded"
-
-
-def check_deployment(card: ModelCard, serving: ServingConfig, source: str = "(arguments)") -> None:
-    """Cross-checks between a model and a serving config; raises SpecError naming the field."""
-
-    def fail(field: str, reason: str) -> None:
-        raise SpecError(source, f"serving.{field}", reason)
-
-    heads = card.num_attention_heads
-    if heads and heads % serving.tp:
-        fail("tp", f"tp {serving.tp} does not divide the {heads} attention heads of {card.name}")
-    if card.gqa is not None:
-        kv = card.gqa.num_kv_heads
-        if kv % serving.tp and serving.tp % kv:
-            fail("tp", f"tp {serving.tp} and the {kv} KV heads of {card.name} do not divide")
-    la = card.linear_attention
-    if la is not None:
-        for n, what in ((la.num_v_heads, "value"), (la.num_k_heads, "key")):
-            if n % serving.tp:
-                fail("tp", f"tp {serving.tp} does not divide the {n} {la.kind} {what} heads")
-    expert_parallel.check_card(card, serving, fail)  # ep, EPLB, latent-MoE placement
-    if serving.dcp > 1 and not any(k in FULL_ATTENTION_KINDS for k in card.layer_kinds):
-        fail("dcp", f"{card.name} has no full-attention layers to shard with DCP")
-    if serving.dcp > 1 and card.mla is None and card.gqa is not None:
-        _check_gqa_dcp(card, serving, fail)
-    if serving.max_model_len is not None and serving.max_model_len > card.max_context_tokens:
-        fail(
-            "max_model_len",
-            f"{serving.max_model_len:,} exceeds the {card.max_context_tokens:,}-token context"
-            f" of {card.name} (its max_context_tokens)",
-        )
-    sparse_attention.check_deployment(card, serving, fail)
-    if serving.kv_cache_dtype in ("fp8_ds_mla", "nvfp4_ds_mla") and card.mla is None:
-        fail("kv_cache_dtype", f"{serving.kv_cache_dtype} needs MLA layers; {card.name} has none")
-    groups = card.required_groups()
-    for group in serving.weight_precision:
-        if group not in groups:
-            fail(f"weight_precision.{group}", f"{card.name} has no {group} weights")
-    spec = serving.speculative
-    if spec is not None and spec.method == "mtp" and card.mtp_layers == 0:
-        fail("speculative.method", f"{card.name} has no MTP layers (num_nextn_predict_layers 0)")
-
-
-def _check_gqa_dcp(
-    card: ModelCard, serving: ServingConfig, fail: Callable[[str, str], None]
-) -> None:
-    """vLLM's DCP checks for GQA/MHA models (``ModelConfig.verify_with_parallel_config``,
-    vllm/config/model.py; MLA models only need ``tp % dcp == 0``).
-
-    A DCP group shards by token only the KV heads TP has replicated: TP gives each of the
-    ``num_kv_heads`` heads to ``tp / num_kv_heads`` ranks, so ``dcp <= tp // num_kv_heads``
-    (which needs ``tp > num_kv_heads``); and the query heads of one KV head are split across
-    the DCP group, so ``(num_heads / num_kv_heads) % dcp == 0``.
-    """
-    g = card.gqa
-    assert g is not None
-    kv, tp, dcp = g.num_kv_heads, serving.tp, serving.dcp
-    max_dcp = max(tp // kv, 1)
-    if dcp > max_dcp:
-        fail(
-            "dcp",
-            f"dcp {dcp} exceeds tp {tp} // {kv} KV heads = {max_dcp} for {card.name}: GQA"
-            " decode context parallel only shards KV heads that TP replicates"
-            " (vLLM: dcp <= tp // num_kv_heads)",
-        )
-    q_per_kv = g.num_heads // kv
-    if q_per_kv % dcp:
-        fail(
-            "dcp",
-            f"dcp {dcp} does not divide the {q_per_kv} query heads per KV head of {card.name}"
-            " (vLLM: (num_heads / num_kv_heads) % dcp == 0 for GQA)",
-        )
-
-
-def effective_max_model_len(card: ModelCard, serving: ServingConfig) -> int:
-    """The longest prompt + max_tokens vLLM accepts: --max-model-len, else the card's."""
-    return serving.max_model_len or card.max_context_tokens
-
-
-def check_device(
-    serving: ServingConfig, device: HardwareProfile, source: str = "(arguments)"
-) -> None:
-    """Cross-checks between a serving config and the device: what the knobs ask of one GPU
-    (and of the host behind a replica) must exist on it."""
-
-    def fail(field: str, reason: str) -> None:
-        raise SpecError(source, f"serving.{field}", reason)
-
-    domain = device.scale_up.domain_size if device.scale_up is not None else 1
-    if serving.tp > domain:
-        fail("tp", f"tp {serving.tp} exceeds the scale-up domain of {device.name} ({domain} GPUs)")
-    expert_parallel.check_device(serving, device, fail)
-    usable = device.usable_memory_bytes
-    for field in ("kv_cache_memory_bytes", "runtime_reserve_bytes"):
-        value = getattr(serving, field)
-        if value is not None and value > usable:
-            fail(
-                field,
-                f"{value:.4g} B exceeds the usable memory of one {device.name}"
-                f" ({usable:.4g} B = {usable / GIB:,.1f} GiB; {field} is per GPU)",
-            )
-    host = device.host_dram_bytes_per_gpu * serving.tp
-    if serving.cpu_offload_bytes > host:
-        fail(
-            "cpu_offload_bytes",
-            f"{serving.cpu_offload_bytes:.4g} B exceeds the host DRAM of tp {serving.tp} x"
-            f" {device.name} ({host:.4g} B = {host / GIB:,.0f} GiB: host_dram_bytes_per_gpu"
-            " x tp; the host tier is per replica)",
-        )
-    tokens, seqs = batch_limits(device, serving)
-    if tokens < seqs:
-        given = "" if serving.max_num_seqs is not None else f", vLLM's default on {device.name}"
-        fail(
-            "max_num_batched_tokens",
-            f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}{given}):"
-            " every running sequence needs a token of the step (vLLM SchedulerConfig refuses"
-            " it)",
-        )
 
 
 def plan_memory(

@@ -11,7 +11,8 @@ from simulator.cache.prefix import HitLike
 from simulator.cache.remote_tier import RemoteTier
 from simulator.cache.transfer import TransferCost, TransferSizer
 from simulator.disaggregation import DisaggSpec
-from simulator.memory import MemoryReport, kv_layout, plan_memory
+from simulator.kv_layout import kv_layout
+from simulator.memory import MemoryReport, plan_memory
 from simulator.specs.hardware import HardwareProfile, Link
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard

@@ -169,7 +169,8 @@ def text_activation_reserve(serving: ServingConfig, device: HardwareProfile) -> 
     """(bytes, card): the largest text activation estimate over the shipped cards at this
     device's batch limits and TP, and the card that sets it."""
     from simulator import catalog
-    from simulator.memory import activation_reserve_bytes, batch_limits
+    from simulator.deployment import batch_limits
+    from simulator.memory import activation_reserve_bytes
     from simulator.vision import vision_activation_reserve_bytes
 
     best, name = 0.0, ""
@@ -317,7 +318,7 @@ def estimate(
     devices: list[HardwareProfile],
 ) -> QuickEstimate:
     """The memory estimate of a quick card on one device (checks the serving knobs first)."""
-    from simulator.memory import check_device
+    from simulator.deployment import check_device
 
     for field in ("dcp", "ep"):
         if getattr(serving, field) > 1:

@@ -13,16 +13,12 @@ from simulator import catalog, lockstep
 from simulator.cost.latency import LatencyModels
 from simulator.cost.shapes import CATEGORIES
 from simulator.cost.step import StepCostModel
+from simulator.deployment import batch_limits, effective_max_model_len
 from simulator.engine import Engine
 from simulator.gc_pause import full_collections_paused
+from simulator.kv_layout import kv_layout
 from simulator.measured.summary import describe
-from simulator.memory import (
-    MemoryReport,
-    batch_limits,
-    effective_max_model_len,
-    kv_layout,
-    plan_memory,
-)
+from simulator.memory import MemoryReport, plan_memory
 from simulator.metrics import Summary, summarize
 from simulator.pd_pools import disaggregation_spec as disaggregation_spec
 from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store

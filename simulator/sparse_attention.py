@@ -37,7 +37,7 @@ from simulator.specs.serving import ServingConfig
 from simulator.specs.sparse import CompressedAttentionConfig, DsaIndexerConfig
 
 if TYPE_CHECKING:
-    from simulator.memory import KvLayout
+    from simulator.kv_layout import KvLayout
 
 # vLLM's DeepSeek-V4 KV block: "The KV block shape [256//4, head_dim] = [64, 584]"
 # (deepseek_compressor.py, CompressorStateCache); also the prefix-hash granularity here
@@ -111,7 +111,7 @@ def window_bytes_per_seq(card: ModelCard, context_tokens: float) -> float:
 
 def compressed_kv_layout(card: ModelCard, serving: ServingConfig) -> KvLayout:
     """The block-pool layout of a DeepSeek-V4 card (see the module docstring)."""
-    from simulator.memory import KvGroup, KvLayout
+    from simulator.kv_layout import KvGroup, KvLayout
 
     cfg = _v4(card)
     compressed = [k for k in card.layer_kinds if k in ("csa", "hca")]

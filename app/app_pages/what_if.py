@@ -11,7 +11,7 @@ from dashboard import choices, controls, export, figures, runs
 from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
-from simulator.memory import default_batch_limits
+from simulator.deployment import default_batch_limits
 from simulator.specs import Scenario, SpecError
 from simulator.specs.loading import parse
 from simulator.window import quarters_text, unsteady

@@ -1,6 +1,6 @@
 """Only valid combinations: the TP and DCP sizes, offload sizes and devices the core accepts
-for a model, found with the core's own checks (``memory.check_deployment``,
-``memory.check_device``, ``memory.plan_memory`` and ``memory.fits_on``, the rules
+for a model, found with the core's own checks (``deployment.check_deployment``,
+``deployment.check_device``, ``memory.plan_memory`` and ``memory.fits_on``, the rules
 ``planner.space.expand`` prunes with), never re-implemented here.
 
 A choice kept in ``st.session_state`` that the new options do not hold (DCP 8 after TP went
@@ -19,7 +19,8 @@ import streamlit as st
 from pydantic import ValidationError
 
 from simulator import catalog
-from simulator.memory import check_deployment, check_device, fits_on, plan_memory
+from simulator.deployment import check_deployment, check_device
+from simulator.memory import fits_on, plan_memory
 from simulator.specs import HardwareProfile, ServingConfig, SpecError
 
 TP_SIZES = [1, 2, 4, 8, 16]

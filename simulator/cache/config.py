@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.memory import KvLayout
+from simulator.kv_layout import KvLayout
 from simulator.specs.serving import ServingConfig
 
 Retention = Literal["default", "every_n", "every_block"]
@@ -100,7 +100,7 @@ class CacheConfig:
         cpu_blocks: int = 0,
         store_attention_remainder: bool = False,
     ) -> CacheConfig:
-        """The config ``simulator.memory.kv_layout`` and the serving knobs imply."""
+        """The config ``simulator.kv_layout.kv_layout`` and the serving knobs imply."""
         interval = serving.prefix_cache_retention_interval
         retention: Retention = (
             "every_block" if interval is None else "default" if interval == 0 else "every_n"

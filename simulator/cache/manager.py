@@ -10,7 +10,7 @@ Accounting (all groups draw on one ``BlockPool``; every block has the same bytes
 - full attention: ``full_groups`` pool blocks per attention block of ``B*dcp`` tokens; a
   request holds ``ceil(tokens / (B*dcp))`` of them per group;
 - sliding window: at most ``ceil((window-1)/B) + 1`` blocks per group (older blocks are
-  recycled without being cached, as ``simulator.memory.blocks_per_seq`` assumes; vLLM's
+  recycled without being cached, as ``simulator.kv_layout.blocks_per_seq`` assumes; vLLM's
   transient overshoot during a long prefill chunk is not modelled);
 - recurrent groups: ``state_pages_per_request`` pages per group while running: the previous
   boundary state (``prev``, possibly a shared checkpoint hit), the running state and one per

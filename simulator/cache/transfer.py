@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simulator.memory import KvLayout
+from simulator.kv_layout import KvLayout
 
 # Seconds per NIXL descriptor (assumption, derived): vllm-project/vllm#50913 measured a ~5k-token
 # pull at --block-size 16 fragmenting into "tens of thousands" of ~8 KB descriptors with a

@@ -61,8 +61,8 @@ def step(
 
     from simulator.cost.latency import LatencyModels
     from simulator.cost.step import StepCostModel
+    from simulator.deployment import batch_limits, check_deployment, check_device
     from simulator.measured.device import basis_of
-    from simulator.memory import batch_limits, check_deployment, check_device
 
     if decode < 0 or context < 0:
         raise SpecError("(arguments)", "decode", "decode and context must not be negative")

@@ -31,7 +31,7 @@ from simulator.cost.shapes import (
     StepCost,
     StepShape,
 )
-from simulator.memory import attention_bytes_per_token_per_layer
+from simulator.kv_layout import attention_bytes_per_token_per_layer
 from simulator.sparse_attention import attention_spans
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.model import MODULE_GROUPS, ModelCard, ModuleGroup

@@ -13,7 +13,7 @@ import json
 import shlex
 
 from simulator import catalog
-from simulator.memory import batch_limits
+from simulator.deployment import batch_limits
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
 

@@ -41,7 +41,8 @@ from pydantic import (
 )
 
 from simulator import catalog
-from simulator.memory import check_deployment, check_device, plan_memory
+from simulator.deployment import check_deployment, check_device
+from simulator.memory import plan_memory
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.loading import SpecError, first_error

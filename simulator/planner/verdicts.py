@@ -42,7 +42,8 @@ def min_gpus_for_weights(space: SearchSpace, device: str) -> int | None:
     the sweep tries expert parallelism) whose memory holds the model's weights beside the
     activation and runtime reserves, at the space's base serving knobs; None beyond
     ``MAX_TP_TRIED``. The scale-up domain is not applied: this is what the weights need."""
-    from simulator.memory import activation_reserve_bytes, check_deployment
+    from simulator.deployment import check_deployment
+    from simulator.memory import activation_reserve_bytes
     from simulator.weights import weights_per_gpu
 
     card = catalog.model_card(space.model)

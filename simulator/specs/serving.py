@@ -74,7 +74,7 @@ class ServingConfig(Spec):
     api_server_count: PositiveInt | None = None
     # --max-model-len: longest prompt + max_tokens a request may ask for (vLLM answers HTTP
     # 400 beyond it). None: the card's max_context_tokens; more than that is refused
-    # (memory.check_deployment: the card is needed to check it)
+    # (deployment.check_deployment: the card is needed to check it)
     max_model_len: PositiveInt | None = None
     block_size_tokens: PositiveInt = 16  # --block-size; hybrid page alignment can raise it
     enable_prefix_caching: bool = True  # hybrids: align mode (2 state pages per request)

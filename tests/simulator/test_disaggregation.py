@@ -179,7 +179,7 @@ def test_reserve_never_overlaps_a_nic_direction(jobs: list[tuple[int, int, float
 
 def test_sizer_counts_pages_of_real_layers_past_the_local_hit() -> None:
     card = catalog.model_card("kimi-k3")
-    from simulator.memory import kv_layout
+    from simulator.kv_layout import kv_layout
 
     serving = ServingConfig(tp=8)
     layout = kv_layout(card, serving)
@@ -394,7 +394,7 @@ def test_reqstate_defaults_leave_aggregated_requests_alone() -> None:
 
 
 def test_simulate_a_hybrid_split_moves_state_and_backs_off_one_token() -> None:
-    from simulator.memory import kv_layout
+    from simulator.kv_layout import kv_layout
     from simulator.simulation import simulate
     from simulator.specs import Scenario
 

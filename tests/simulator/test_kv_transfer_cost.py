@@ -8,7 +8,7 @@ import pytest
 from simulator import catalog
 from simulator.cache import Nics, TransferSizer, reserve
 from simulator.cache.transfer import NIXL_DESCRIPTOR_S, TransferCost
-from simulator.memory import kv_layout
+from simulator.kv_layout import kv_layout
 from simulator.specs import ServingConfig
 from simulator.specs.hardware import Link
 from simulator.specs.scenario import (

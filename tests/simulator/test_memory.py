@@ -7,16 +7,15 @@ import math
 import pytest
 
 from simulator import catalog
+from simulator.deployment import check_deployment, check_device
 from simulator.fits import fewest_gpus
-from simulator.memory import (
+from simulator.kv_layout import (
     attention_bytes_per_token_per_layer,
     blocks_per_seq,
-    check_deployment,
-    check_device,
     kv_layout,
-    plan_memory,
     state_bytes_per_layer,
 )
+from simulator.memory import plan_memory
 from simulator.specs import HardwareProfile, ServingConfig, SpecError
 from simulator.specs.precision import WEIGHT_FORMATS, weight_bytes
 from simulator.weights import params_per_gpu, total_params, weights_per_gpu

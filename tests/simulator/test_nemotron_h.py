@@ -21,7 +21,8 @@ from simulator.cost import ops
 from simulator.cost.latency import LatencyModels
 from simulator.cost.mamba2 import mamba2_decode, ssd_prefill_flops_per_token_head
 from simulator.cost.step import StepCostModel
-from simulator.memory import kv_layout, plan_memory, state_bytes_per_layer
+from simulator.kv_layout import kv_layout, state_bytes_per_layer
+from simulator.memory import plan_memory
 from simulator.model_import import import_hf_config
 from simulator.specs import ModelCard, ServingConfig, SpecError
 from simulator.specs.loading import parse

@@ -17,7 +17,9 @@ from typer.testing import CliRunner
 from simulator import catalog
 from simulator.cli import app
 from simulator.cost.step import StepCostModel
-from simulator.memory import blocks_per_seq, check_deployment, kv_layout, plan_memory
+from simulator.deployment import check_deployment
+from simulator.kv_layout import blocks_per_seq, kv_layout
+from simulator.memory import plan_memory
 from simulator.model_import import import_hf_config, load_hf_config
 from simulator.sparse_attention import window_bytes_per_seq
 from simulator.specs import ServingConfig, SpecError

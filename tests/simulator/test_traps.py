@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from simulator import catalog
-from simulator.memory import check_deployment, plan_memory
+from simulator.deployment import check_deployment
+from simulator.memory import plan_memory
 from simulator.planner.space import SearchSpace, Sweep, expand
 from simulator.simulation import simulate
 from simulator.specs.loading import SpecError, parse

@@ -18,8 +18,9 @@ from simulator.cli import app
 from simulator.cost import ops
 from simulator.cost.shapes import OpLine
 from simulator.cost.step import StepCostModel
+from simulator.deployment import check_deployment, check_device
 from simulator.measured import device as measured_device
-from simulator.memory import check_deployment, check_device, plan_memory
+from simulator.memory import plan_memory
 from simulator.model_import import import_hf_config
 from simulator.specs import HardwareProfile, ModelCard, ServingConfig, SpecError
 from simulator.weights import weights_per_gpu

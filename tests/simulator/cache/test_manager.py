@@ -10,7 +10,7 @@ from simulator import catalog
 from simulator.cache.config import CacheConfig
 from simulator.cache.manager import KVCacheManager
 from simulator.cache.prefix import PrefixHit
-from simulator.memory import blocks_per_seq, kv_layout
+from simulator.kv_layout import blocks_per_seq, kv_layout
 from simulator.specs.serving import ServingConfig, SpeculativeConfig
 
 

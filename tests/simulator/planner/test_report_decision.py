@@ -290,7 +290,8 @@ def test_a_device_whose_weights_do_not_fit_says_how_many_gpus_they_need(
 
 
 def test_min_gpus_for_the_weights_is_the_smallest_group_that_holds_them() -> None:
-    from simulator.memory import activation_reserve_bytes, check_deployment
+    from simulator.deployment import check_deployment
+    from simulator.memory import activation_reserve_bytes
     from simulator.specs.loading import SpecError
     from simulator.weights import weights_per_gpu
 
