@@ -74,6 +74,7 @@ def search(
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from simulator.planner.run_count import check_run_count, count_runs
     from simulator.planner.search import (
         SEARCH_FILES,
         cached_batches,
@@ -81,7 +82,7 @@ def search(
         run_search,
         write_search_report,
     )
-    from simulator.planner.space import SearchSpace, check_run_count, count_runs
+    from simulator.planner.space import SearchSpace
 
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")

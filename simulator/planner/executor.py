@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from simulator.outputs import pid_alive
-from simulator.planner.space import scenario_hash
+from simulator.planner.fingerprint import scenario_hash
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
 

@@ -302,7 +302,7 @@ SIZE_FILES = ("size.md", "size.json", "deploy.sh", *SEARCH_FILES)
 
 def planned_runs(space: SearchSpace, candidates: list[Candidate]) -> int:
     """At most this many simulations (the max-load search's probe bound)."""
-    from simulator.planner.space import count_runs
+    from simulator.planner.run_count import count_runs
 
     return count_runs(space, configurations=len(candidates)).simulations
 

@@ -16,13 +16,10 @@ among the pruned). Configuration ids are unique: when two configurations read al
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
-import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -207,93 +204,6 @@ class Pruned:
     reason: str
 
 
-# what prints or packages results without changing them: edits here keep cached runs valid
-PRESENTATION = (
-    "cli/", "examples/", "api.py", "planner/report.py", "planner/report_tables.py",
-    "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
-    "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
-    "validation/silicon_report.py",  # which points and seeds run: in each scenario's hash
-    "validation/silicon_flags.py",  # the MoE kernel of a point: in its scenario's serving
-    "validation/silicon_serve.py",  # a point's engine knobs: in its scenario's serving
-)  # fmt: skip
-
-# under hardware_profiles: the error bands a report states beside a run (read when the
-# report is written, never by a run), rewritten by scripts/model_error.py after a validation
-PROFILES_PRESENTATION = ("model_error.json",)
-
-
-def fingerprinted_files() -> list[tuple[str, Path]]:
-    """The files a cached run's key covers: the simulator's source, model cards and hardware
-    profiles, less the presentation layer (:data:`PRESENTATION`, :data:`PROFILES_PRESENTATION`)."""
-    import simulator
-    from hardware_profiles import PROFILES_DIR
-
-    package = Path(simulator.__file__).parent
-    files = []
-    for root in (package, PROFILES_DIR):
-        for f in sorted(root.rglob("*")):
-            if f.suffix not in (".py", ".yaml", ".json") or "__pycache__" in f.parts:
-                continue
-            name = f.relative_to(root).as_posix()
-            if root == package and name.startswith(PRESENTATION):
-                continue
-            if root == PROFILES_DIR and name in PROFILES_PRESENTATION:
-                continue
-            files.append((name, f))
-    return files
-
-
-@functools.cache
-def code_fingerprint() -> str:
-    """sha256 of the simulator's own source, model cards and hardware profiles: a cached run
-    is reused only by the code and data that produced it (a version string alone would hand
-    back results of older code after any edit). The report, the CLI and the deploy lines are
-    left out: they do not change a run's result."""
-    h = hashlib.sha256()
-    for name, f in fingerprinted_files():
-        h.update(name.encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def scenario_hash(scenario: Scenario) -> str:
-    """Content hash: the cache key of a run (same scenario, same code, same input files ->
-    same result). Besides the code and the scenario it covers the content (sha256, read once
-    per file version) of every file the run reads that the package does not hold: a card or
-    profile given by path (relative to the current folder, as the catalog reads it), the trace
-    (its files, for a folder), the device's fitted models and profile in the user's data
-    folder; and which measured tables it reads. An edited profile, card or trace, or
-    ``PLAN_MEASURED=off``, is a new key, not an old answer."""
-    from simulator.measured.package import data_source, switched_off
-    from simulator.specs.loading import file_digest
-    from simulator.specs.scenario import TraceWorkload
-    from simulator.userdata import user_device_dir
-
-    files: list[tuple[str, Path]] = [
-        (role, Path(ref))
-        for role, ref in (("model", scenario.model), ("device", scenario.device))
-        if catalog._is_path(ref)
-    ]
-    if isinstance(scenario.workload, TraceWorkload):
-        files.append(("trace", Path(scenario.workload.path)))
-    try:
-        device = catalog.hardware_profile(scenario.device).name
-    except SpecError:
-        device = scenario.device
-    for name in ("profile.yaml", "latency_models.json"):
-        files.append((f"user {name}", user_device_dir(device) / name))
-    h = hashlib.sha256((code_fingerprint() + scenario.model_dump_json()).encode())
-    for role, path in files:
-        h.update(f"|{role}:{path}:{file_digest(path)}".encode())
-    source = data_source()
-    measured = (
-        "off" if switched_off() else "none" if source is None
-        else f"{source.root}:{source.package_version}"
-    )  # fmt: skip
-    h.update(f"|measured:{measured}".encode())
-    return h.hexdigest()[:16]
-
-
 def knob_label(knobs: dict[str, Any]) -> str:
     parts = [f"tp{knobs['tp']}", f"dcp{knobs['dcp']}"]
     if knobs["dp"] > 1:
@@ -476,68 +386,6 @@ def expand(space: SearchSpace, source: str = "(search)") -> tuple[list[Candidate
         )
         candidates.append(Candidate(config_id, device_name, knobs, scenarios))
     return candidates, pruned
-
-
-@dataclass(frozen=True)
-class RunCount:
-    """What a search will run: configurations x loads x seeds simulations (for the max-load
-    search the loads are an upper bound: the probes of bracketing and bisection)."""
-
-    configurations: int
-    loads: int
-    seeds: int
-    bound: bool  # loads is an upper bound (max-load search), not exact (grid)
-
-    @property
-    def simulations(self) -> int:
-        return self.configurations * self.loads * self.seeds
-
-    def text(self) -> str:
-        most = "at most " if self.bound else ""
-
-        def n(x: int, what: str) -> str:
-            return f"{x:,} {what}{'' if x == 1 else 's'}"
-
-        return (
-            f"{n(self.configurations, 'configuration')} x {most}{n(self.loads, 'load')} x"
-            f" {n(self.seeds, 'seed')} = {most}{n(self.simulations, 'simulation')}"
-        )
-
-
-def max_load_probes(lo: int, hi: int) -> int:
-    """Most probes the max-load search makes between ``lo`` and ``hi`` users: the lower
-    bound, the doublings up to ``hi``, the bisection of the last gap (never more than the
-    loads in between)."""
-    if hi <= lo:
-        return 1
-    doublings = math.ceil(math.log2(hi / lo))
-    bisections = max(math.ceil(math.log2(hi / 2)), 0) if hi >= 2 else 0
-    return min(hi - lo + 1, 1 + doublings + bisections)
-
-
-def count_runs(
-    space: SearchSpace, source: str = "(search)", configurations: int | None = None
-) -> RunCount:
-    """The simulations a search of ``space`` runs: ``configurations`` (default: the space as
-    written, every device x knob combination before pruning) x loads x seeds."""
-    if configurations is None:
-        values = knob_values(space, source)
-        configurations = len(space.devices) * math.prod(len(v) for v in values.values())
-    if space.search == "grid":
-        return RunCount(configurations, len(space.concurrency), space.seeds, bound=False)
-    lo, hi = min(space.concurrency), max(space.concurrency)
-    return RunCount(configurations, max_load_probes(lo, hi), space.seeds, bound=True)
-
-
-def check_run_count(count: RunCount, max_runs: int, source: str) -> None:
-    """Refuse a search above ``max_runs`` simulations (``--max-runs``)."""
-    if count.simulations > max_runs:
-        raise SpecError(
-            source,
-            "(search size)",
-            f"{count.text()} exceed the cap of {max_runs:,} (narrow devices, sweep,"
-            f" concurrency or seeds, or raise it with --max-runs {count.simulations})",
-        )
 
 
 def _repeat_notes(space: SearchSpace, values: dict[str, list[Any]], device: str) -> list[Pruned]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from simulator.planner.executor import completed, read_cached, stop_pool, worker_pool, write_whole
-from simulator.planner.space import scenario_hash
+from simulator.planner.fingerprint import scenario_hash
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
 from simulator.validation.points import (

@@ -647,7 +647,7 @@ def test_an_edited_profile_is_a_new_answer_in_the_same_out(
 
 
 def test_an_edited_trace_is_a_new_answer(tmp_path: Path) -> None:
-    from simulator.planner.space import scenario_hash
+    from simulator.planner.fingerprint import scenario_hash
     from simulator.specs import Scenario
 
     path = mooncake(tmp_path)

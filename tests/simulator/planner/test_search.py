@@ -145,16 +145,16 @@ def test_fleet_for_a_request_rate_demand(searched) -> None:  # type: ignore[no-u
 
 def test_cached_runs_are_keyed_on_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """A run cached by other code (or other cards / profiles) is not handed back."""
-    from simulator.planner import space as space_mod
+    from simulator.planner import fingerprint
 
     scenario = Scenario.model_validate(
         {"name": "k", "model": "llama-3.3-70b", "device": "h100", "serving": {"tp": 8},
          "workload": {"kind": "agentic", "sessions": 2, "concurrency": 1}}
     )  # fmt: skip
-    before = space_mod.scenario_hash(scenario)
-    assert space_mod.scenario_hash(scenario) == before
-    monkeypatch.setattr(space_mod, "code_fingerprint", lambda: "edited code")
-    assert space_mod.scenario_hash(scenario) != before
+    before = fingerprint.scenario_hash(scenario)
+    assert fingerprint.scenario_hash(scenario) == before
+    monkeypatch.setattr(fingerprint, "code_fingerprint", lambda: "edited code")
+    assert fingerprint.scenario_hash(scenario) != before
 
 
 def _tiny(seed: int) -> Scenario:
@@ -169,7 +169,7 @@ def _tiny(seed: int) -> Scenario:
 
 
 def test_a_torn_cache_entry_is_run_again(tmp_path: Path) -> None:
-    from simulator.planner.space import scenario_hash
+    from simulator.planner.fingerprint import scenario_hash
 
     sc = _tiny(0)
     (tmp_path / f"{scenario_hash(sc)}.json").write_text('{"throughput_tok_per')  # a kill mid-write
@@ -196,9 +196,9 @@ def test_a_stop_from_progress_cancels_the_queued_runs(tmp_path: Path) -> None:
 
 
 def test_the_run_cache_key_covers_the_engine_but_not_the_presentation() -> None:
-    from simulator.planner import space as space_mod
+    from simulator.planner.fingerprint import fingerprinted_files
 
-    names = {name for name, _ in space_mod.fingerprinted_files()}
+    names = {name for name, _ in fingerprinted_files()}
     for engine in ("engine.py", "scheduler.py", "simulation.py", "planner/executor.py",
                    "cost/step.py", "model_cards/kimi-k3.yaml", "h100/profile.yaml"):  # fmt: skip
         assert engine in names, engine
