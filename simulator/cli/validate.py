@@ -27,6 +27,18 @@ NoCacheOpt = Annotated[
 ]
 
 
+PointsOutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
+]
+MarkdownOpt = Annotated[
+    Path | None, typer.Option("--markdown", help="Write the validation document here.")
+]
+ModelsOpt = Annotated[
+    list[str] | None, typer.Option("--models", help="Only these model cards (repeatable).")
+]
+WorkersOpt = Annotated[int, typer.Option(help="Worker processes.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of every scenario.")]
+
 POINTS = ("points.csv",)  # what `plan validate inferencemax|silicon --out` writes beside cache/
 R = TypeVar("R")
 
@@ -102,12 +114,8 @@ def validate_inferencemax(
             "inferencemax_v1_dashboard_20251025.csv beside the checkout).",
         ),
     ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
-    ] = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write the validation document here.")
-    ] = None,
+    out: PointsOutOpt = None,
+    markdown: MarkdownOpt = None,
     limit_per_curve: Annotated[
         int | None,
         typer.Option(
@@ -115,10 +123,7 @@ def validate_inferencemax(
             help="Keep at most N concurrencies per curve (evenly spaced, ends kept).",
         ),
     ] = None,
-    models: Annotated[
-        list[str] | None,
-        typer.Option("--models", help="Only these model cards (repeatable)."),
-    ] = None,
+    models: ModelsOpt = None,
     devices: Annotated[
         list[str] | None,
         typer.Option("--devices", help="Only these devices (repeatable)."),
@@ -126,8 +131,8 @@ def validate_inferencemax(
     requests_per_conc: Annotated[
         int, typer.Option(help="Requests per point = this x concurrency (InferenceMAX: 10).")
     ] = 10,
-    workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
-    seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    workers: WorkersOpt = 2,
+    seed: SeedOpt = 0,
     no_cache: NoCacheOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -200,25 +205,18 @@ def validate_silicon(
             " beside its systems/data).",
         ),
     ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
-    ] = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write the validation document here.")
-    ] = None,
+    out: PointsOutOpt = None,
+    markdown: MarkdownOpt = None,
     limit: Annotated[
         int | None,
         typer.Option("--limit", help="Keep at most N points (evenly spaced in file order)."),
     ] = None,
-    models: Annotated[
-        list[str] | None,
-        typer.Option("--models", help="Only these model cards (repeatable)."),
-    ] = None,
+    models: ModelsOpt = None,
     requests_per_conc: Annotated[
         int, typer.Option(help="Requests per point = this x concurrency (the client: 10).")
     ] = 10,
-    workers: Annotated[int, typer.Option(help="Worker processes.")] = 2,
-    seed: Annotated[int, typer.Option(help="Seed of every scenario.")] = 0,
+    workers: WorkersOpt = 2,
+    seed: SeedOpt = 0,
     replicates: Annotated[
         int,
         typer.Option(
