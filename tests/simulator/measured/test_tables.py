@@ -285,6 +285,45 @@ def test_the_2d_curve_fast_path_gives_the_general_paths_floats_and_counts(
     assert 0 < curve.outside < curve.queries  # both kinds of query were asked
 
 
+def test_a_1d_curve_remembers_its_answers_bit_for_bit(
+    fixture_tables: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 1-D fast path keeps the values it was asked inside the grid: asked again (from
+    the memo) or on a curve that never remembers, the same float, the same counts; outside
+    the grid nothing is kept; the memo starts afresh when full."""
+    from simulator.measured import lookup
+    from simulator.measured.lookup import Curve
+
+    t = tables_for(catalog.hardware_profile("h200"))
+    assert t is not None
+    model = t.models["gemm"]
+    fam = next(iter(model.grids))
+    grid = model.grids[fam]
+    n, k = (float(v[len(v) // 2]) for v in grid.values_per_axis[1:])
+    curve, fresh = (Curve(model, fam, {"n": n, "k": k}, ("m",)) for _ in range(2))
+    assert curve._t1
+    lo, hi = np.log(curve.values[0][0]), np.log(curve.values[0][-1])
+    rng = np.random.default_rng(5)
+    xs = [float(np.exp(rng.uniform(lo - 0.5, hi + 0.5))) for _ in range(200)]
+    first = [curve.seconds(x) for x in xs]
+    again = [curve.seconds(x) for x in xs]
+    outs = []
+    for x in xs:
+        fresh._memo.clear()
+        outs.append(fresh.seconds(x))
+        fresh._memo.clear()
+    assert first == again == outs
+    assert curve.queries == 400
+    assert fresh.queries == 200
+    assert curve.outside == 2 * fresh.outside > 0
+    inside = {x for x in xs if lo <= np.log(x) <= hi}
+    assert set(curve._memo) == inside
+    monkeypatch.setattr(lookup, "MEMO_MAX", 3)
+    for x in sorted(inside)[:5]:
+        curve.seconds(x + 1.0)
+    assert 1 <= len(curve._memo) <= 3
+
+
 def test_lines_sharing_a_curve_are_tallied_by_their_own_query(fixture_tables: Path) -> None:
     """Two GEMM lines of one shape read one bound curve; one inside the measured grid, one
     far outside it: each line's seconds go to its own source (before, both followed the
