@@ -8,6 +8,9 @@ tokens per second of wall time (prompt + output tokens of all requests).
 Run:  .venv/bin/python benchmarks/engine_agentic.py [--dcp 8] [--repeats 3]
       [--trace ../shared/data/agentic_cc_traces_weka/cc_traces_weka_710.jsonl.gz]
       [--split 1P1D [--send-back]]   (prefill/decode disaggregation instead of one replica)
+      [--compare REV]   (``--repeats`` alternating pairs, each run a fresh process: REV's code
+                         from a worktree ``/tmp/plan-bench-<rev>``, then this tree's; prints
+                         every pair, the medians, the paired ratios, whether the summaries agree)
 Targets (issue 16): <= 10 s wall on one core, peak RSS <= 500 MB (docs/engine-speed.md).
 """
 
@@ -18,6 +21,8 @@ import os
 import re
 import resource
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -51,6 +56,44 @@ def agentic_scenario(
     )
 
 
+def _read(out: str, pattern: str) -> str:
+    found = re.search(pattern, out, re.M)
+    if found is None:
+        raise SystemExit(f"unexpected output of a run: nothing matches {pattern!r}\n{out}")
+    return found[1]
+
+
+def compare(rev: str, repeats: int, argv: list[str]) -> None:
+    """``repeats`` alternating pairs of one-run processes: ``rev``'s code, then this tree's."""
+    from engine_reference import ROOT, worktree
+
+    trees = {rev: worktree(rev), "now": ROOT}
+    runs: dict[str, list[tuple[float, float, str]]] = {k: [] for k in trees}
+    for i in range(repeats):
+        for name, root in trees.items():
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+            out = subprocess.run(
+                [sys.executable, __file__, *argv, "--repeats", "1"], env=env, check=True,
+                capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            wall = float(_read(out, r"^wall .*?([\d.]+) s "))
+            rss = float(_read(out, r"^peak RSS\s+([\d,]+) MB").replace(",", ""))
+            summary = next(line for line in out.splitlines() if line.startswith("throughput/GPU"))
+            runs[name].append((wall, rss, summary))
+        b, n = runs[rev][-1], runs["now"][-1]
+        print(
+            f"pair {i + 1}: {rev} {b[0]:.1f} s, now {n[0]:.1f} s ({b[0] / n[0]:.2f}x)", flush=True
+        )
+    for name, got in runs.items():
+        walls = ", ".join(f"{w:.1f}" for w, _, _ in got)
+        print(f"{name:>10}: median {statistics.median(w for w, _, _ in got):.1f} s ({walls}),"
+              f" peak RSS {max(r for _, r, _ in got):,.0f} MB")  # fmt: skip
+    ratios = [b[0] / n[0] for b, n in zip(runs[rev], runs["now"], strict=True)]
+    same = {s for _, _, s in runs[rev] + runs["now"]}
+    print(f"paired speed-up vs {rev}: median {statistics.median(ratios):.2f}x;"
+          f" summaries {'the same' if len(same) == 1 else 'DIFFER'}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=TRACE)
@@ -59,7 +102,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--split", help="xPyD, e.g. 1P1D: a disaggregated deployment")
     parser.add_argument("--send-back", action="store_true", help="with --split: D->P send-back")
+    parser.add_argument("--compare", metavar="REV", help="alternate with REV's code, in pairs")
     args = parser.parse_args()
+    if args.compare:
+        argv = ["--trace", str(args.trace.resolve()), "--dcp", str(args.dcp),
+                "--users", str(args.users)]  # fmt: skip
+        argv += ["--split", args.split] if args.split else []
+        argv += ["--send-back"] if args.send_back else []
+        compare(args.compare, args.repeats, argv)
+        return
     disaggregation = None
     if args.split:
         m = re.fullmatch(r"(\d+)P(\d+)D", args.split, re.IGNORECASE)
