@@ -2,10 +2,10 @@
 
 The replay (``engine_agentic.py``'s scenario) spends about half its time pricing steps. This
 separates that half from the rest: ``--capture`` runs the replay once and keeps its first
-replica's step-cost model and every step shape it priced (196,780 shapes, ~33 MB, pickled);
+replica's step-cost model and every step shape it priced (197,862 shapes, ~33 MB, pickled);
 a plain run loads them into a fresh template store and prices them all twice:
 
-- ``first``: a new key makes its template (34,547 of them), the rest reuse one: the replay's
+- ``first``: a new key makes its template (34,119 of them), the rest reuse one: the replay's
   own mix;
 - ``hits``: every key known, every step a template reuse.
 
