@@ -268,11 +268,9 @@ class StepOps:
             return self._row_totals_scalar(static_only)
         _, classes, _, counts, flops, bytes_, kernels, peaks = zip(*self.rows, strict=True)
         kern = np.zeros(len(kernels)) if self.fused else np.array(kernels)
-        shapes = None
-        if self.want_shapes:
-            shapes = np.full((len(classes), 4), np.nan)
-            for i, shape in self.shapes.items():
-                shapes[i] = shape
+        shapes = np.full((len(classes), 4), np.nan)
+        for i, shape in self.shapes.items():
+            shapes[i] = shape
         skip = self.dyn if static_only else [False] * len(classes)
         curves = {i: c for i, c in self.curves.items() if not skip[i]}
         rest = [i for i in range(len(classes)) if i not in self.curves and not skip[i]]
@@ -281,7 +279,7 @@ class StepOps:
             idx = np.array(rest)
             secs[idx] = lat.compute_seconds_mixed(
                 [classes[i] for i in rest], np.array(flops)[idx], np.array(bytes_)[idx],
-                np.array(peaks)[idx], kern[idx], None if shapes is None else shapes[idx],
+                np.array(peaks)[idx], kern[idx], shapes[idx],
             )  # fmt: skip
         asked = []
         for i, (curve, at) in curves.items():
@@ -399,14 +397,14 @@ class StepOps:
         """Seconds x count of every recorded collective (tallied by source); ``static_only``
         as in ``row_totals``."""
         lat = self.m.latency
+        colls = self.colls
         skip = self.dyn_colls if static_only else None
-        secs = [0.0] * len(self.colls)
+        secs = [0.0] * len(colls)
         rest: list[int] = []
         asked: list[int] = []
-        for i, c in enumerate(self.colls):
+        for i, c in enumerate(colls):
             if skip is None or not skip[i]:
                 (rest if c[5] is None else asked).append(i)
-        colls = self.colls
         if rest:
             priced = lat.collective_seconds_mixed(
                 [colls[i][1] for i in rest], [colls[i][3] for i in rest],
