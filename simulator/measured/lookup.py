@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from simulator.cost.fit import fit_alpha_beta, fit_roofline
 from simulator.cost.latency import AlphaBeta, RooflineParams, roofline_seconds
-from simulator.measured.grid import Grid
+from simulator.measured.grid import Grid, LazyGrids
 from simulator.measured.tables import KINDS
 from simulator.measured.work import Device, work
 
@@ -185,12 +185,26 @@ class KindModel:
         self.kind, self.spec, self.device = kind, spec, device
         self.baseline = baseline or Baseline.fit(kind, frame, device)
         self.rows = len(frame)
-        self.grids: dict[Family, Grid] = {}
+        grids: dict[Family, Grid] = {}
         for fam, coords, seconds, _ in by_family(frame, spec.family, spec.axes):
-            fdict = dict(zip(spec.family, fam, strict=True))
-            self.grids[fam] = Grid(
-                spec.axes, coords, seconds, FamilyBaseline(self.baseline, fdict), spec.monotone
-            )
+            grids[fam] = Grid(spec.axes, coords, seconds, self._bind(fam), spec.monotone)
+        self.grids: Mapping[Family, Grid] = grids
+
+    def _bind(self, family: Family) -> FamilyBaseline:
+        return FamilyBaseline(self.baseline, dict(zip(self.spec.family, family, strict=True)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Each grid pickled on its own, without the baseline it shares with the others."""
+        state = dict(self.__dict__)
+        g = self.grids
+        state["grids"] = (
+            g.blobs() if isinstance(g, LazyGrids) else {f: v.blob() for f, v in g.items()}
+        )
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.grids = LazyGrids(dict(state["grids"]), self._bind)
 
     def family(self, **values: Any) -> Family:
         return tuple(_key(values[c]) for c in self.spec.family)
