@@ -32,7 +32,8 @@ from simulator import lockstep
 from simulator.cache import KVCacheManager
 from simulator.simulation import simulate
 from simulator.specs import Scenario
-from simulator.validation.silicon import default_data, load_silicon, scenario_of
+from simulator.validation.silicon import default_data, load_silicon
+from simulator.validation.silicon_sim import scenario_of
 
 
 def switch(path: str, on: bool) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from simulator.validation import silicon_scaling
 from simulator.validation.document import _md_table, _pct
-from simulator.validation.silicon import SiliconResult, devices_by_system
+from simulator.validation.silicon import devices_by_system
 from simulator.validation.silicon_flags import flag_rows
 from simulator.validation.silicon_models import MODEL_ROWS, PRECISIONS
 from simulator.validation.silicon_report import (
@@ -22,6 +22,7 @@ from simulator.validation.silicon_report import (
     wave_paragraph,
 )
 from simulator.validation.silicon_serve import serve_rows
+from simulator.validation.silicon_sim import SiliconResult
 from simulator.validation.silicon_spread import Spread
 
 FLAG_HEADER = [

@@ -20,13 +20,8 @@ from typing import Any
 
 from simulator.specs.loading import SpecError
 from simulator.validation.run import median_or_none, report_json
-from simulator.validation.silicon import (
-    SiliconResult,
-    default_data,
-    load_silicon,
-    run_points,
-    select,
-)
+from simulator.validation.silicon import default_data, load_silicon, select
+from simulator.validation.silicon_sim import SiliconResult, run_points
 from simulator.validation.silicon_spread import Spread, spreads
 
 

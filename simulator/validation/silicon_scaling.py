@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simulator.validation.silicon import SiliconResult
+    from simulator.validation.silicon_sim import SiliconResult
 
 HEADER = [
     "model", "system", "precision", "vLLM", "ISL/OSL", "conc", "TP",

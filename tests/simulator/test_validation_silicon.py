@@ -16,6 +16,7 @@ import pytest
 from simulator.specs import SpecError
 from simulator.validation import silicon as s
 from simulator.validation import silicon_report as sr
+from simulator.validation import silicon_sim as sim
 from simulator.validation.silicon_document import render_markdown
 from simulator.validation.silicon_rows import SKIP_ID_LAYOUT, SKIP_TWO_LAYOUTS
 
@@ -150,7 +151,7 @@ def test_rows_map_to_card_device_and_serving(
     card, device, layout, conc, precision, router = expected
     assert (point.card, point.device, (point.tp, point.dp, point.ep)) == (card, device, layout)
     assert (point.conc, point.weight_precision, point.router) == (conc, precision, router)
-    scenario = s.scenario_of(point)
+    scenario = sim.scenario_of(point)
     assert (scenario.serving.tp, scenario.serving.dp, scenario.serving.ep) == layout
     assert scenario.serving.weight_precision == dict(precision)
     assert not scenario.serving.enable_prefix_caching
@@ -244,8 +245,8 @@ def test_select_filters_and_spreads(tmp_path: Path) -> None:
         s.select(points, limit=0)
 
 
-def _result(point: s.SiliconPoint, ttft: float, tpot: float) -> s.SiliconResult:
-    return s.SiliconResult(point, 10 * point.conc, "ok", 10, ttft, tpot, ttft * 2, tpot)
+def _result(point: s.SiliconPoint, ttft: float, tpot: float) -> sim.SiliconResult:
+    return sim.SiliconResult(point, 10 * point.conc, "ok", 10, ttft, tpot, ttft * 2, tpot)
 
 
 def test_errors_and_document(tmp_path: Path) -> None:
@@ -257,7 +258,7 @@ def test_errors_and_document(tmp_path: Path) -> None:
     results = [
         _result(points[0], 50.0, 12.0),  # -50 %, +20 %
         _result(points[1], 150.0, 9.0),  # +50 %, -10 %
-        s.SiliconResult(points[2], 80, "not simulated: weights do not fit"),
+        sim.SiliconResult(points[2], 80, "not simulated: weights do not fit"),
     ]
     assert results[0].err_ttft_pct == pytest.approx(-50.0)
     assert results[1].err_tpot_pct == pytest.approx(-10.0)
@@ -386,7 +387,7 @@ def test_launch_script_flags_pick_the_moe_kernel_and_ep(
     point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
     assert isinstance(point, s.SiliconPoint), point
     assert point.moe_kernel == kernel
-    serving = s.scenario_of(point).serving
+    serving = sim.scenario_of(point).serving
     assert serving.moe_kernel == kernel
     assert (serving.ep, serving.dp) == (ep, 1)
     assert point.ep == 1  # the CSV's layout stays the point's
@@ -432,7 +433,7 @@ def test_launch_script_engine_knobs_reach_the_scenario(
 ) -> None:
     point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
     assert isinstance(point, s.SiliconPoint), point
-    serving = s.scenario_of(point).serving
+    serving = sim.scenario_of(point).serving
     assert tuple(getattr(serving, k) for k in KNOBS) == knobs
 
 
@@ -488,4 +489,4 @@ def test_scripts_without_expert_parallel_shard_the_experts(
 ) -> None:
     point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
     assert isinstance(point, s.SiliconPoint), point
-    assert s.scenario_of(point).serving.ep == ep
+    assert sim.scenario_of(point).serving.ep == ep
