@@ -257,7 +257,7 @@ def best_tables(space: "SearchSpace", best: "pd.DataFrame", width: int) -> list[
 
 def modes_table(runs: "pd.DataFrame") -> Table | None:
     """Aggregated against disaggregated per device, when the search had both."""
-    from simulator.planner.analysis import mode_comparison
+    from simulator.planner.compare import mode_comparison
 
     modes = mode_comparison(runs)
     if modes.empty:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
 from simulator.cache.transfer import NIXL_DESCRIPTOR_S
-from simulator.planner.analysis import mode_comparison, rank_basis, sensitivity
+from simulator.planner.analysis import rank_basis
+from simulator.planner.compare import mode_comparison, sensitivity
 from simulator.planner.report_figures import cost_figure, frontier_figure
 from simulator.planner.report_tables import (
     decision_table,

@@ -2,7 +2,7 @@
 what each device's best configuration costs.
 
 Frontier: P90 interactivity (x) against throughput per GPU (y), one colour per device (one
-legend entry each): its Pareto envelope (``analysis.frontier``) as a line with the seeds' 95 %
+legend entry each): its Pareto envelope (``compare.frontier``) as a line with the seeds' 95 %
 interval on every point, the model's error band shaded around it, every run as a faint
 marker (diamonds: disaggregated), the chosen operating point as a star with its label, the
 SLO as a vertical line. With both aggregated and disaggregated configurations, each side's
@@ -15,7 +15,8 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from simulator.planner.analysis import frontier, rank_basis
+from simulator.planner.analysis import rank_basis
+from simulator.planner.compare import frontier
 from simulator.planner.space import SearchSpace
 from simulator.planner.uncertainty import model_error
 from simulator.planner.verdicts import config_label

@@ -112,7 +112,8 @@ def write_search_report(
     table."""
     import yaml
 
-    from simulator.planner.analysis import best_per_device, pruned_table, sensitivity
+    from simulator.planner.analysis import best_per_device, pruned_table
+    from simulator.planner.compare import sensitivity
     from simulator.planner.report import write_report
 
     best = best_per_device(space, runs)

@@ -6,14 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from simulator.planner.analysis import (
-    best_per_device,
-    frontier,
-    mode_comparison,
-    pruned_table,
-    runs_table,
-    sensitivity,
-)
+from simulator.planner.analysis import best_per_device, pruned_table, runs_table
+from simulator.planner.compare import frontier, mode_comparison, sensitivity
 from simulator.planner.executor import run_all
 from simulator.planner.report import markdown, write_report
 from simulator.planner.space import SearchSpace, expand

@@ -18,14 +18,8 @@ import pandas as pd
 import pytest
 
 from simulator import catalog
-from simulator.planner.analysis import (
-    NODE_GPUS,
-    best_per_device,
-    fleet_unit,
-    frontier,
-    pruned_table,
-    sensitivity,
-)
+from simulator.planner.analysis import NODE_GPUS, best_per_device, fleet_unit, pruned_table
+from simulator.planner.compare import frontier, sensitivity
 from simulator.planner.report import answer, html_report, markdown, write_report
 from simulator.planner.report_figures import frontier_figure
 from simulator.planner.space import SearchSpace, expand

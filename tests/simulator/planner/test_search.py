@@ -10,7 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.planner.analysis import best_per_device, operating_points, runs_table, sensitivity
+from simulator.planner.analysis import best_per_device, operating_points, runs_table
+from simulator.planner.compare import sensitivity
 from simulator.planner.executor import run_all
 from simulator.planner.report import write_report
 from simulator.planner.space import SearchSpace, expand
