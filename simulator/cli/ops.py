@@ -83,7 +83,8 @@ def ops_predict(
 ) -> None:
     """Add latency_us, source (fitted/prior) and extrapolated to every row of a shape CSV."""
     from simulator.cost.latency import LatencyModels
-    from simulator.cost.predict import predict_table, read_table, records
+    from simulator.cost.predict import predict_table, records
+    from simulator.cost.shape_csv import read_table
 
     if out is not None and output is not None:
         raise SpecError("(arguments)", "out", "give --out or --output (its old name), not both")

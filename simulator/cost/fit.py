@@ -35,7 +35,8 @@ from simulator.cost.latency import (
     file_sha256,
     roofline_seconds,
 )
-from simulator.cost.predict import OpRows, numeric_column, op_rows, predict_seconds, read_table
+from simulator.cost.predict import OpRows, op_rows, predict_seconds
+from simulator.cost.shape_csv import numeric_column, read_table
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
 

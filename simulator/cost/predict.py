@@ -2,7 +2,8 @@
 
 A shape table is a CSV with an ``op`` column, a ``dtype`` column and the shape columns of
 each op (``OP_COLUMNS``); rows of different ops may share one file, cells a row does not use
-are left empty. Rows are numbered from 1 after the header line in error messages.
+are left empty. Rows are numbered from 1 after the header line in error messages; the
+cells are read and checked by ``shape_csv.py``.
 
 Each op class is priced in one vectorised call of its ``simulator.cost.ops`` function; the
 latency comes from ``LatencyModels`` (fitted where the device has a fitted model, else the
@@ -11,7 +12,7 @@ roofline / alpha-beta prior).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,13 @@ from numpy.typing import NDArray
 
 from simulator.cost import ops
 from simulator.cost.latency import FittedModel, LatencyModels
+from simulator.cost.shape_csv import (
+    cell,
+    check_shapes,
+    check_world_sizes,
+    numeric_column,
+    string_column,
+)
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
 from simulator.specs.precision import (
@@ -55,14 +63,6 @@ OP_COLUMNS: dict[str, tuple[str, ...]] = {
     "alltoall": ("bytes", "world_size"),
 }
 DEFAULTS: dict[str, dict[str, float]] = {"moe": {"ep": 1.0, "tp": 1.0}}
-# Columns that count something (tokens, heads, experts, ranks, matrix dimensions): integers.
-# ``bytes`` (per rank), ``elements`` (per rank, after a TP split) and ``bytes_per_elem``
-# (0.5 for FP4) may be fractional.
-INTEGER_COLUMNS = frozenset(
-    {"m", "n", "k", "num_tokens", "hidden", "inter", "num_experts", "topk", "ep", "tp",
-     "batch", "ctx_len", "seq_len", "prefix_len", "num_heads", "num_kv_heads", "head_dim",
-     "world_size", "n_reps"}
-)  # fmt: skip
 # Columns that must be > 0, not just >= 0 (a shape of zero heads or a zero GEMM dimension is
 # no op; the counts divide); cached context (ctx_len, prefix_len) may be 0.
 POSITIVE_COLUMNS = frozenset(
@@ -70,9 +70,6 @@ POSITIVE_COLUMNS = frozenset(
      "batch", "seq_len", "num_heads", "num_kv_heads", "head_dim", "world_size", "elements",
      "bytes_per_elem"}
 )  # fmt: skip
-# GPUs a collective over the host link (a card without a scale-up fabric) spans: the cards
-# of one server (8 in the PCIe servers the profiles assume, e.g. d270's host_dram note)
-PCIE_SERVER_CARDS = 8
 KV_DTYPE_OPS = frozenset({"mla_decode", "mla_prefill", "attn_decode"})  # kv_dtype required
 WEIGHT_DTYPE_OPS = frozenset({"gemm", "moe"})  # dtype = weight format, required
 ACTIVATION_DTYPES = ("bf16", "fp16")
@@ -115,146 +112,6 @@ class OpRows:
         )
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A CSV read as strings (empty cells stay ''), so that every cell is checked by us."""
-    import pandas as pd
-
-    p = Path(path)
-    try:
-        df = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except FileNotFoundError:
-        raise SpecError(p, "(file)", "no such file") from None
-    except pd.errors.EmptyDataError:
-        raise SpecError(p, "(file)", "empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise SpecError(p, "(file)", f"not a readable CSV: {str(exc).splitlines()[0]}") from None
-    df.columns = [str(c).strip() for c in df.columns]
-    stripped: pd.DataFrame = df.apply(lambda col: col.str.strip())
-    return stripped
-
-
-def _where(row: int, column: str) -> str:
-    return f"row {row + 1}, column {column}"
-
-
-def numeric_column(
-    df: pd.DataFrame,
-    column: str,
-    rows: NDArray[np.intp],
-    file: str | Path,
-    what: str,
-    default: float | None = None,
-    positive: bool = False,
-) -> Array:
-    """Values of ``column`` at positional ``rows``, checked: present, a number, >= 0 (> 0)."""
-    import pandas as pd
-
-    if column not in df.columns:
-        if default is not None:
-            return np.full(rows.size, default)
-        raise SpecError(file, _where(int(rows[0]), column), f"missing for {what}")
-    raw = df[column].to_numpy(dtype=object)[rows]
-    empty = np.array([s == "" for s in raw], dtype=bool)
-    if empty.any() and default is None:
-        raise SpecError(file, _where(int(rows[np.argmax(empty)]), column), f"missing for {what}")
-    values = pd.to_numeric(pd.Series(raw, dtype=object).where(~empty, None), errors="coerce")
-    vals: Array = values.to_numpy(dtype=np.float64)
-    bad = ~empty & ~np.isfinite(vals)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SpecError(file, _where(int(rows[i]), column), f"not a finite number: {str(raw[i])!r}")
-    vals = np.where(empty, default if default is not None else np.nan, vals)
-    low = vals <= 0 if positive else vals < 0
-    if low.any():
-        i = int(np.argmax(low))
-        bound = "> 0" if positive else ">= 0"
-        raise SpecError(file, _where(int(rows[i]), column), f"must be {bound}, got {raw[i]}")
-    if column in INTEGER_COLUMNS:
-        fraction = vals != np.round(vals)
-        if fraction.any():
-            i = int(np.argmax(fraction))
-            raise SpecError(
-                file, _where(int(rows[i]), column), f"must be an integer (a count), got {raw[i]}"
-            )
-    return vals
-
-
-def check_shapes(cls: str, c: dict[str, Array], rows: NDArray[np.intp], file: str | Path) -> None:
-    """Cross-column checks of one op class's rows: what a kernel of that shape needs."""
-
-    def first(bad: NDArray[np.bool_], column: str, reason: Callable[[int], str]) -> None:
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise SpecError(file, _where(int(rows[i]), column), reason(i))
-
-    if cls == "moe":
-        e, topk, ep = c["num_experts"], c["topk"], c["ep"]
-        first(topk > e, "topk", lambda i: f"{_int(topk[i])} exceeds num_experts {_int(e[i])}"
-              " (each token picks topk distinct experts)")  # fmt: skip
-        first(ep > e, "ep", lambda i: f"{_int(ep[i])} exceeds num_experts {_int(e[i])}"
-              " (every EP rank holds at least one expert)")  # fmt: skip
-    if cls in ("attn_decode", "attn_prefill"):
-        h, kv = c["num_heads"], c["num_kv_heads"]
-        first(h % kv != 0, "num_heads", lambda i: f"{_int(h[i])} is not a multiple of"
-              f" num_kv_heads {_int(kv[i])} (grouped-query attention)")  # fmt: skip
-
-
-def check_world_sizes(
-    op: NDArray[np.str_], world: Array, profile: HardwareProfile, file: str | Path
-) -> None:
-    """Collectives priced on ``profile`` span at most its scale-up domain: the alpha-beta
-    models are those of the scale-up link (NVLink, xGMI), a bigger world crosses the
-    scale-out network, which no model here prices. A card without a fabric (PCIe only) is
-    priced over its host link, among the cards of one server (``PCIE_SERVER_CARDS``)."""
-    if profile.scale_up is not None:
-        domain, what = profile.scale_up.domain_size, "the scale-up domain"
-    else:
-        domain, what = PCIE_SERVER_CARDS, "the cards of one PCIe server"
-    bad = np.isin(op, list(ops.COLLECTIVE_CLASSES)) & (world > domain)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SpecError(
-            file,
-            _where(i, "world_size"),
-            f"{_int(world[i])} exceeds {what} of {profile.name} ({domain} GPUs): beyond it a"
-            " collective crosses the scale-out network, which the planner does not price",
-        )
-
-
-def _int(x: float) -> str:
-    return f"{int(x)}" if float(x).is_integer() else f"{x:g}"
-
-
-def _string_column(
-    df: pd.DataFrame,
-    column: str,
-    rows: NDArray[np.intp],
-    file: str | Path,
-    what: str,
-    allowed: tuple[str, ...],
-    default: str | None = None,
-) -> NDArray[np.str_]:
-    if column not in df.columns:
-        if default is not None:
-            return np.full(rows.size, default)
-        raise SpecError(file, _where(int(rows[0]), column), f"missing for {what}")
-    raw = df[column].to_numpy(dtype=object)[rows].astype(str)
-    if default is not None:
-        raw = np.where(raw == "", default, raw)
-    empty = raw == ""
-    if empty.any():
-        raise SpecError(file, _where(int(rows[np.argmax(empty)]), column), f"missing for {what}")
-    bad = ~np.isin(raw, allowed)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SpecError(
-            file,
-            _where(int(rows[i]), column),
-            f"unknown {column} {str(raw[i])!r} for {what}; known: {', '.join(allowed)}",
-        )
-    return raw
-
-
 def _lookup(values: NDArray[np.str_], table: Mapping[Any, float]) -> Array:
     return np.array([table[v] for v in values], dtype=np.float64)
 
@@ -269,7 +126,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
     if unknown.any():
         i = int(np.argmax(unknown))
         raise SpecError(
-            file, _where(i, "op"), f"unknown op {str(op[i])!r}; known: {', '.join(OP_COLUMNS)}"
+            file, cell(i, "op"), f"unknown op {str(op[i])!r}; known: {', '.join(OP_COLUMNS)}"
         )
     flops = np.full(n, np.nan)
     nbytes = np.full(n, np.nan)
@@ -299,7 +156,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
         wbytes: Array | None = None
         if cls in WEIGHT_DTYPE_OPS:
             formats: tuple[str, ...] = tuple(k for k in WEIGHT_FORMATS if k != "fp32")
-            dtype = _string_column(df, "dtype", rows, file, what, formats)
+            dtype = string_column(df, "dtype", rows, file, what, formats)
             wbytes = _lookup(
                 dtype, {k: v.bits_per_element / 8.0 for k, v in WEIGHT_FORMATS.items()}
             )
@@ -308,7 +165,7 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
             }
             peak[rows] = _lookup(dtype, pk)
         else:
-            _string_column(df, "dtype", rows, file, what, ACTIVATION_DTYPES, default="bf16")
+            string_column(df, "dtype", rows, file, what, ACTIVATION_DTYPES, default="bf16")
             peak[rows] = bf16_peak
         if cls == "gemm" and wbytes is not None:
             gemm_shape[rows] = np.column_stack([c["m"], c["n"], c["k"], wbytes])
@@ -339,7 +196,7 @@ def _work(
             c["ep"], c["tp"], weight_bytes,  # type: ignore[arg-type]
         )  # fmt: skip
     if cls in ("mla_decode", "mla_prefill"):
-        kv = _string_column(df, "kv_dtype", rows, file, what, tuple(MLA_KV_DTYPES))
+        kv = string_column(df, "kv_dtype", rows, file, what, tuple(MLA_KV_DTYPES))
         per_token = _lookup(
             kv,
             {d: mla_kv_bytes_per_token(d, ops.MLA_KV_LORA, ops.MLA_ROPE) for d in MLA_KV_DTYPES},
@@ -348,13 +205,13 @@ def _work(
             return ops.mla_decode(c["batch"], c["ctx_len"], c["num_heads"], per_token)
         return ops.mla_prefill(c["batch"], c["seq_len"], c["prefix_len"], c["num_heads"], per_token)
     if cls == "attn_decode":
-        kv = _string_column(df, "kv_dtype", rows, file, what, tuple(KV_DTYPES))
+        kv = string_column(df, "kv_dtype", rows, file, what, tuple(KV_DTYPES))
         elem = _lookup(kv, {d: kv_element_bytes(d) for d in KV_DTYPES})
         return ops.attn_decode(
             c["batch"], c["ctx_len"], c["num_heads"], c["num_kv_heads"], c["head_dim"], elem
         )
     if cls == "attn_prefill":
-        kv = _string_column(df, "kv_dtype", rows, file, what, tuple(KV_DTYPES), default="bf16")
+        kv = string_column(df, "kv_dtype", rows, file, what, tuple(KV_DTYPES), default="bf16")
         elem = _lookup(kv, {d: kv_element_bytes(d) for d in KV_DTYPES})
         return ops.attn_prefill(
             c["batch"], c["seq_len"], c["prefix_len"], c["num_heads"], c["num_kv_heads"],
