@@ -27,13 +27,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.measured.errors import new_vendor_classes
-from simulator.measured.lookup import (
-    COLLECTIVES,
-    TRANSFERRED,
-    Curve,
-    Family,
-    KindModel,
-)
+from simulator.measured.grid import Family
+from simulator.measured.lookup import COLLECTIVES, TRANSFERRED, Curve, KindModel
 from simulator.measured.package import DataSource, TableFile, data_source, switched_off
 from simulator.measured.tables import KIND_CLASS, KINDS, Frames, read_frames
 from simulator.measured.work import MLA_HIDDEN, MLA_Q_LORA, Device

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from simulator.cost.fit import fit_alpha_beta, fit_roofline
 from simulator.cost.latency import AlphaBeta, RooflineParams, roofline_seconds
-from simulator.measured.grid import Grid, LazyGrids
+from simulator.measured.grid import Family, Grid, LazyGrids
 from simulator.measured.tables import KINDS
 from simulator.measured.work import Device, work
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 Array = NDArray[np.float64]
-Family = tuple[Any, ...]
 MEASURED, EXTRAPOLATED, TRANSFERRED = 0, 1, 2
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "moe_alltoall")
 FIT_ROWS = 3000  # rows the baseline is fitted on (an even subsample: the fit is smooth)
