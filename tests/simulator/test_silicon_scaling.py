@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from simulator.validation.silicon import SiliconResult
 from simulator.validation.silicon_scaling import families, ratios, scaling_rows, scaling_summary
+from simulator.validation.silicon_sim import SiliconResult
 from tests.simulator.test_silicon_spread import BASE
 
 

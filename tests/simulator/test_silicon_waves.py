@@ -8,8 +8,8 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from simulator.validation.silicon import SiliconResult
 from simulator.validation.silicon_report import wave_paragraph
+from simulator.validation.silicon_sim import SiliconResult
 from simulator.validation.silicon_waves import first_wave_ttft_s
 from tests.simulator.test_silicon_spread import BASE
 
