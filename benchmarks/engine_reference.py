@@ -54,6 +54,7 @@ print(json.dumps({"loop_s": took[0], "requests": r.summary.requests_finished}))
 """
 
 
+PY = str(ROOT / ".venv" / "bin" / "python")
 PYC = Path("/tmp/plan-bench-pyc")
 
 
@@ -68,20 +69,18 @@ def environment(root: Path, bytecode: bool) -> dict[str, str]:
 
 def whole_run(root: Path, scenario: Path, env: dict[str, str]) -> float:
     """Wall seconds of ``plan run SCENARIO --json`` in a fresh process."""
-    py = str(ROOT / ".venv" / "bin" / "python")
     t0 = time.perf_counter()
     subprocess.run(
-        [py, "-c", "from simulator.cli import main; main()", "run", str(scenario), "--json"],
+        [PY, "-c", "from simulator.cli import main; main()", "run", str(scenario), "--json"],
         cwd=root, env=env, check=True, capture_output=True,
     )  # fmt: skip
     return time.perf_counter() - t0
 
 
 def measure(root: Path, scenario: Path, env: dict[str, str]) -> tuple[float, float, int]:
-    py = str(ROOT / ".venv" / "bin" / "python")
     whole = whole_run(root, scenario, env)
     out = subprocess.run(
-        [py, "-c", LOOP, str(scenario)], cwd=root, env=env, check=True, capture_output=True,
+        [PY, "-c", LOOP, str(scenario)], cwd=root, env=env, check=True, capture_output=True,
         text=True,
     )  # fmt: skip
     d = json.loads(out.stdout)
