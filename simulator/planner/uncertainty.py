@@ -1,18 +1,26 @@
 """The simulator's known error per device: the band every headline figure carries beside
-its replicate interval.
+its replicate interval, and the stated error of its latencies.
 
 ``hardware_profiles/model_error.json`` (``scripts/model_error.py``, from the end-to-end
-validations: docs/validation.md and docs/validation-silicon.md) gives, per device, the
-median absolute percentage error of throughput per GPU against measured serving points.
-A device without validated points takes the pooled error of the devices answered the same
-way (measured tables, or tables transferred from another device); with no file at all, the
-last published end-to-end figure below.
+validations) gives, per device:
+
+- the median absolute percentage error of throughput per GPU against the InferenceMAX
+  serving points (docs/validation.md): ``model_error``. A device without validated points
+  takes the pooled error of the devices answered the same way (measured tables, or tables
+  transferred from another device); with no file at all, the last published figure below;
+- the median APE and the median bias of TTFT and TPOT against the measured vLLM serving
+  points of aiconfigurator-core's silicon sample (docs/validation-silicon.md):
+  ``latency_error``. A device with measured tables but no points takes the pooled figure of
+  the measured devices; a device whose tables are transferred has none (no measured
+  serving point of its vendor's latencies is in that set), and says so.
+
+These restate the validations; nothing is corrected by them.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
@@ -28,6 +36,43 @@ FALLBACK = (28.9, "end to end, InferenceMAX v1, roofline priors (docs/validation
 class ModelError:
     median_ape_pct: float
     basis: str
+    pooled: bool = False  # the pooled figure of devices answered the same way
+
+
+@dataclass(frozen=True)
+class LatencyError:
+    """TTFT / TPOT against measured serving points: median APE and median bias, percent
+    (bias < 0: the simulated latency is lower than measured, i.e. the simulator is optimistic)."""
+
+    ttft_median_ape_pct: float
+    ttft_bias_pct: float
+    tpot_median_ape_pct: float
+    tpot_bias_pct: float
+    points: int
+    basis: str
+    pooled: bool = False  # the measured devices' pooled figure: none of this device's own
+
+    def text(self) -> str:
+        """``TTFT 17 %, TPOT 10 % (simulated lower: median bias -17 % / -4 %; 222 ...)``"""
+        biases = (self.ttft_bias_pct, self.tpot_bias_pct)
+        side = (
+            "simulated lower: "
+            if max(biases) < 0
+            else ("simulated higher: " if min(biases) > 0 else "")
+        )
+        return (
+            f"TTFT {self.ttft_median_ape_pct:.0f} %, TPOT {self.tpot_median_ape_pct:.0f} %"
+            f" ({side}median bias {biases[0]:+.0f} % / {biases[1]:+.0f} %; {self.points}"
+            f" measured vLLM serving points{POOLED if self.pooled else ''},"
+            " docs/validation-silicon.md)"
+        )
+
+
+POOLED = " of the devices with measured tables, pooled"
+NO_LATENCY_POINTS = (
+    "TTFT / TPOT not validated on this device (no measured serving point;"
+    " docs/validation-silicon.md covers the NVIDIA devices with measured tables)"
+)
 
 
 @cache
@@ -39,22 +84,75 @@ def _load() -> dict[str, Any]:
     return data
 
 
-def model_error(device: str) -> ModelError:
-    """The error band of ``device``'s simulated throughput (median APE, percent)."""
+def _measured(device: str) -> bool:
+    """Whether ``device``'s op latencies come from its own measured tables."""
     from simulator import catalog
     from simulator.measured.device import measured_device_names
 
+    try:
+        measured = catalog.hardware_profile(device).measured_tables is not None
+    except SpecError:  # a profile given by path that no longer loads: the wider band
+        return False
+    return measured and device in measured_device_names()
+
+
+def model_error(device: str) -> ModelError:
+    """The error band of ``device``'s simulated throughput (median APE, percent)."""
     data = _load()
     row = data.get("devices", {}).get(device)
     if row:
         return ModelError(float(row["throughput_median_ape_pct"]), str(row["basis"]))
     if data:
-        try:
-            measured = catalog.hardware_profile(device).measured_tables is not None
-        except SpecError:  # a profile given by path that no longer loads: the wider band
-            measured = False
-        group = "measured" if measured and device in measured_device_names() else "transferred"
+        group = "measured" if _measured(device) else "transferred"
         pooled = data.get("pooled", {}).get(group)
         if pooled:
-            return ModelError(float(pooled["throughput_median_ape_pct"]), str(pooled["basis"]))
+            return ModelError(
+                float(pooled["throughput_median_ape_pct"]), str(pooled["basis"]), pooled=True
+            )
     return ModelError(*FALLBACK)
+
+
+def latency_error(device: str) -> LatencyError | None:
+    """The stated TTFT / TPOT error of ``device`` (None: not validated, ``NO_LATENCY_POINTS``)."""
+    section = _load().get("latency", {})
+    row = section.get("devices", {}).get(device)
+    pooled = row is None
+    if pooled and _measured(device):
+        row = section.get("pooled", {}).get("measured")
+    if not row:
+        return None
+    return LatencyError(
+        ttft_median_ape_pct=float(row["ttft_median_ape_pct"]),
+        ttft_bias_pct=float(row["ttft_bias_pct"]),
+        tpot_median_ape_pct=float(row["tpot_median_ape_pct"]),
+        tpot_bias_pct=float(row["tpot_bias_pct"]),
+        points=int(row["points"]),
+        basis=str(row["basis"]),
+        pooled=pooled,
+    )
+
+
+def stated_error(device: str) -> dict[str, Any]:
+    """Both, as ``plan run --json`` and the reports carry them."""
+    band = model_error(device)
+    lat = latency_error(device)
+    return {
+        "throughput_median_ape_pct": band.median_ape_pct,
+        "throughput_basis": band.basis,
+        "latency": None if lat is None else asdict(lat),
+        "latency_note": lat.text() if lat is not None else NO_LATENCY_POINTS,
+    }
+
+
+def stated_error_line(device: str) -> str:
+    """The line ``plan run`` prints under its op-latency line."""
+    band = model_error(device)
+    lat = latency_error(device)
+    source = band.basis
+    if band.basis != FALLBACK[1]:
+        source = "InferenceMAX" + (", pooled" if band.pooled else "") + ", docs/validation.md"
+    return (
+        f"stated end-to-end error on {device}, median APE: throughput"
+        f" {band.median_ape_pct:.0f} % ({source}); "
+        + (lat.text() if lat is not None else NO_LATENCY_POINTS)
+    )
