@@ -106,6 +106,7 @@ def _run(
 ) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from simulator.planner.uncertainty import stated_error, stated_error_line
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
     from simulator.window import quarters_text, unsteady
 
@@ -141,6 +142,7 @@ def _run(
         "slo_met": slo_met(scenario, summary),
         "wall_s": result.wall_s,
         "latency": result.latency,
+        "stated_error": stated_error(scenario.device),
         "overrides": sets,  # the --set items the scenario file was run with
     }
     if folder is not None and stage is not None:
@@ -220,6 +222,7 @@ def _run(
     from simulator.measured.summary import one_line
 
     typer.echo("  " + one_line(result.latency))
+    typer.echo("  " + stated_error_line(scenario.device))
 
 
 def _saturation_text(saturated: bool, reason: str | None) -> str:

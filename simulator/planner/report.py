@@ -53,7 +53,7 @@ def sources_caveat(devices: list[str]) -> str:
     """Where each device's op latencies come from and its known end-to-end error band."""
     from simulator.measured.device import basis_of, tables_for
     from simulator.measured.package import tables_available, unavailable_note
-    from simulator.planner.uncertainty import model_error
+    from simulator.planner.uncertainty import NO_LATENCY_POINTS, latency_error, model_error
 
     parts = []
     for d in devices:
@@ -64,7 +64,11 @@ def sources_caveat(devices: list[str]) -> str:
             tables = tables_for(profile) if tables_available() else None
             source = basis_of(profile, tables) if tables_available() else "roofline priors"
         err = model_error(d)
-        parts.append(f"{d}: {source}; error band {err.median_ape_pct:.0f} % ({err.basis})")
+        lat = latency_error(d)
+        parts.append(
+            f"{d}: {source}; throughput error band {err.median_ape_pct:.0f} % ({err.basis}); "
+            + (lat.text() if lat is not None else NO_LATENCY_POINTS)
+        )
     text = "Op latencies and known error per device: " + "; ".join(parts) + "."
     if not tables_available():
         text += " " + unavailable_note() + "."

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.planner.report import slo_text
+from simulator.planner.report import slo_text, sources_caveat
 from simulator.planner.report_tables import Table, decision_table
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def markdown(result: SizeResult) -> str:
         lines += ["Not served:", ""] + [f"- {m}" for m in result.not_served] + [""]
     for cid, command in result.commands.items():
         lines += [f"Deploy `{cid}` (one deployment):", "", "```sh", command, "```", ""]
+    lines += [sources_caveat(space.devices), ""]
     lines.append("Full report: report.html (frontiers, every run, sensitivity, pruned).")
     return "\n".join(lines) + "\n"
 
@@ -81,6 +82,7 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
 def as_json(result: SizeResult) -> dict[str, Any]:
     """The answer as ``plan size --json`` prints it and size.json holds it."""
     from simulator.outputs import finite
+    from simulator.planner.uncertainty import stated_error
 
     data: dict[str, Any] = finite(
         {
@@ -89,6 +91,7 @@ def as_json(result: SizeResult) -> dict[str, Any]:
             "not_served": result.not_served,
             "commands": result.commands,
             "simulations": result.simulations,
+            "stated_error": {d: stated_error(d) for d in result.space.devices},
             "space": result.space.model_dump(mode="json"),
         }
     )

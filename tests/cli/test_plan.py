@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from hardware_profiles import PROFILES_DIR
 from simulator import catalog
 from simulator.cli import app
 from simulator.measured.package import tables_available as tables_installed
@@ -325,9 +326,21 @@ def test_run_writes_tables_and_summary(tmp_path: Path) -> None:
         == finished.prompt_tokens
     ).all()
     assert len(pd.read_csv(tmp_path / "out" / "steps.csv")) > 0
+    # the stated error is the committed validation figures of this device
+    committed = json.loads((PROFILES_DIR / "model_error.json").read_text())
+    stated = data["stated_error"]
+    assert (
+        stated["throughput_median_ape_pct"]
+        == committed["devices"]["h100"]["throughput_median_ape_pct"]
+    )
+    assert (
+        stated["latency"]["ttft_bias_pct"]
+        == committed["latency"]["devices"]["h100"]["ttft_bias_pct"]
+    )
     code, stdout, _ = plan("run", str(f))
     assert code == 0
     assert "throughput per GPU" in stdout
+    assert "stated end-to-end error on h100, median APE: throughput" in stdout
 
 
 @pytest.mark.parametrize(
