@@ -365,3 +365,8 @@ def demo(
             f"{r.wall_s:,.1f}",
         )  # fmt: skip
     console().print(t)
+    from simulator.measured.summary import one_line
+    from simulator.planner.uncertainty import stated_error_line
+
+    typer.echo("  " + one_line(r.latency))  # the last run's: every run is on the same device
+    typer.echo("  " + stated_error_line("mi355x"))

@@ -68,6 +68,9 @@ def test_memory_table_and_demo_print() -> None:
         assert name in stdout
     assert "64 coding-agent users" in stdout
     assert "1 TiB" in stdout
+    # where the simulated device's latencies come from, and what they are worth
+    assert "op latencies:" in stdout
+    assert "stated end-to-end error on mi355x" in stdout
 
 
 def test_serving_file_with_flags_on_top(tmp_path: Path) -> None:
