@@ -27,6 +27,7 @@ from simulator.planner.report_figures import cost_figure, frontier_figure
 from simulator.planner.report_tables import (
     decision_table,
     demand_text,
+    missing,
     model_error_pct,
     modes_table,
     plural,
@@ -120,9 +121,31 @@ def answer(
         headline, text = _buy(space, top, second)
     else:
         headline, text = _best_value(space, basis, top, second)
+    text += _ttft_within_error(space, top)
     if why and with_reasons:
         text += ". Not a candidate: " + "; ".join(f"{v.device} {v.text}" for v in why)
     return headline, text + "."
+
+
+def _ttft_within_error(space: SearchSpace, top: Any) -> str:
+    """``; its P90 TTFT ... passes ... by less than the stated TTFT error`` where the answer's
+    worst-seed TTFT, read at the device's stated TTFT bias (``uncertainty.latency_error``:
+    measured ~ simulated / (1 + bias)), would miss the target; else nothing."""
+    from simulator.planner.uncertainty import latency_error
+
+    target = space.slo.ttft_s_p90
+    ttft = top.get("ttft_p90_s_worst", top.get("ttft_p90_s"))
+    lat = latency_error(str(top.device))
+    if not target or missing(ttft) or lat is None or lat.ttft_bias_pct >= 0:
+        return ""
+    if ttft / (1 + lat.ttft_bias_pct / 100) <= target:
+        return ""
+    return (
+        f"; its P90 TTFT ({ttft:.2f} s, worst seed) passes the {target:g} s target by less than"
+        f" the simulator's stated TTFT error on {top.device} (simulated"
+        f" {-lat.ttft_bias_pct:.0f} % low, median over its measured serving points): a"
+        " marginal pass"
+    )
 
 
 def _band_text(row: Any) -> str:
