@@ -27,7 +27,6 @@ from simulator.planner.report_figures import cost_figure, frontier_figure
 from simulator.planner.report_tables import (
     decision_table,
     demand_text,
-    missing,
     model_error_pct,
     modes_table,
     plural,
@@ -42,6 +41,12 @@ from simulator.planner.report_tables import (
     usd,
 )
 from simulator.planner.space import SearchSpace
+from simulator.planner.uncertainty import (
+    NO_LATENCY_POINTS,
+    latency_error,
+    marginal_ttft_text,
+    model_error,
+)
 from simulator.planner.verdicts import Verdict, config_label, verdicts
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import DEFAULT_LINK_BW_BYTES_PER_S, DEFAULT_LINK_LATENCY_S
@@ -54,7 +59,6 @@ def sources_caveat(devices: list[str]) -> str:
     """Where each device's op latencies come from and its known end-to-end error band."""
     from simulator.measured.device import basis_of, tables_for
     from simulator.measured.package import tables_available, unavailable_note
-    from simulator.planner.uncertainty import NO_LATENCY_POINTS, latency_error, model_error
 
     parts = []
     for d in devices:
@@ -121,31 +125,12 @@ def answer(
         headline, text = _buy(space, top, second)
     else:
         headline, text = _best_value(space, basis, top, second)
-    text += _ttft_within_error(space, top)
+    text += marginal_ttft_text(
+        str(top.device), top.get("ttft_p90_s_worst", top.get("ttft_p90_s")), space.slo.ttft_s_p90
+    )
     if why and with_reasons:
         text += ". Not a candidate: " + "; ".join(f"{v.device} {v.text}" for v in why)
     return headline, text + "."
-
-
-def _ttft_within_error(space: SearchSpace, top: Any) -> str:
-    """``; its P90 TTFT ... passes ... by less than the stated TTFT error`` where the answer's
-    worst-seed TTFT, read at the device's stated TTFT bias (``uncertainty.latency_error``:
-    measured ~ simulated / (1 + bias)), would miss the target; else nothing."""
-    from simulator.planner.uncertainty import latency_error
-
-    target = space.slo.ttft_s_p90
-    ttft = top.get("ttft_p90_s_worst", top.get("ttft_p90_s"))
-    lat = latency_error(str(top.device))
-    if not target or missing(ttft) or lat is None or lat.ttft_bias_pct >= 0:
-        return ""
-    if ttft / (1 + lat.ttft_bias_pct / 100) <= target:
-        return ""
-    return (
-        f"; its P90 TTFT ({ttft:.2f} s, worst seed) passes the {target:g} s target by less than"
-        f" the simulator's stated TTFT error on {top.device} (simulated"
-        f" {-lat.ttft_bias_pct:.0f} % low, median over its measured serving points): a"
-        " marginal pass"
-    )
 
 
 def _band_text(row: Any) -> str:

@@ -196,3 +196,34 @@ def test_the_committed_figures_are_the_published_validation() -> None:
         assert c["points"] == int(n), device
         assert (c["ttft_median_ape_pct"], c["tpot_median_ape_pct"]) == (float(ttft), float(tpot))
         assert (c["ttft_bias_pct"], c["tpot_bias_pct"]) == (float(ttft_bias), float(tpot_bias))
+
+
+@pytest.mark.parametrize(
+    ("device", "ttft_s", "target_s", "marginal"),
+    [
+        ("h100", 1.8, 2.0, True),  # 1.8 s at -16.8 %: ~2.16 s measured
+        ("h100", 1.6, 2.0, False),  # ~1.92 s: still a pass
+        ("h100", 1.8, None, False),  # no TTFT target
+        ("h100", float("nan"), 2.0, False),  # no TTFT simulated
+        ("mi355x", 1.9, 2.0, False),  # no stated TTFT error: nothing to read it at
+    ],
+)
+def test_a_ttft_pass_is_marginal_only_inside_the_stated_bias(
+    monkeypatch: pytest.MonkeyPatch,
+    device: str,
+    ttft_s: float,
+    target_s: float | None,
+    marginal: bool,
+) -> None:
+    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    text = uncertainty.marginal_ttft_text(device, ttft_s, target_s)
+    assert ("a marginal pass" in text) is marginal
+    if marginal:
+        assert "simulated 17 % low" in text
+
+
+def test_a_pessimistic_ttft_never_makes_a_pass_marginal(monkeypatch: pytest.MonkeyPatch) -> None:
+    high = json.loads(json.dumps(FILE))
+    high["latency"]["devices"]["h100"]["ttft_bias_pct"] = 12.0
+    monkeypatch.setattr(uncertainty, "_load", lambda: high)
+    assert uncertainty.marginal_ttft_text("h100", 1.99, 2.0) == ""
