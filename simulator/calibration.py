@@ -31,7 +31,8 @@ from simulator.cost.fit import (
     load_measurements,
     measured_by_class,
 )
-from simulator.cost.latency import FitError, LatencyModelFile, LatencyModels, load_latency_models
+from simulator.cost.latency import LatencyModels
+from simulator.cost.latency_file import FitError, LatencyModelFile, load_latency_models
 from simulator.cost.predict import OP_COLUMNS, op_rows, predict_seconds
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError

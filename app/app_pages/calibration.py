@@ -16,7 +16,7 @@ from dashboard.errors import inline_errors
 
 from hardware_profiles import PROFILES_DIR
 from simulator import calibration
-from simulator.cost.latency import load_latency_models
+from simulator.cost.latency_file import load_latency_models
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError, load
 

@@ -130,7 +130,7 @@ def fit(
 ) -> None:
     """Fit one latency model per op class to measurements; write latency_models.json."""
     from simulator.cost.fit import check_rows, fit_op_class
-    from simulator.cost.latency import LatencyModelFile
+    from simulator.cost.latency_file import LatencyModelFile
 
     profile = catalog.hardware_profile(device)
     # never into the installed package: the user's data folder unless --out says where

@@ -24,16 +24,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cost import ops
-from simulator.cost.latency import (
+from simulator.cost.latency import LatencyModels, roofline_seconds
+from simulator.cost.latency_file import (
     AlphaBeta,
     FitError,
     FittedModel,
-    LatencyModels,
     Measurements,
     RooflineParams,
     ShapeTable,
     file_sha256,
-    roofline_seconds,
 )
 from simulator.cost.predict import OpRows, op_rows, predict_seconds
 from simulator.cost.shape_csv import numeric_column, read_table
@@ -293,7 +292,7 @@ def shape_tables(m: MeasuredOps) -> list[ShapeTable]:
 
 
 def _predict(model: FittedModel | None, rows: OpRows, profile: HardwareProfile) -> Array:
-    from simulator.cost.latency import LatencyModelFile
+    from simulator.cost.latency_file import LatencyModelFile
 
     fitted = None
     if model is not None:

@@ -21,7 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cost import ops
-from simulator.cost.latency import FittedModel, LatencyModels
+from simulator.cost.latency import LatencyModels
+from simulator.cost.latency_file import FittedModel
 from simulator.cost.shape_csv import (
     cell,
     check_shapes,

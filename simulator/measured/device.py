@@ -299,7 +299,10 @@ def _code_fingerprint() -> str:
     here = Path(__file__).resolve().parent
     cost = here.parent / "cost"
     h = hashlib.sha256()
-    for f in [*sorted(here.glob("*.py")), cost / "ops.py", cost / "fit.py", cost / "latency.py"]:
+    for f in [
+        *sorted(here.glob("*.py")),
+        *(cost / n for n in ("ops.py", "fit.py", "latency.py", "latency_file.py")),
+    ]:
         h.update(f.read_bytes())
     return h.hexdigest()
 

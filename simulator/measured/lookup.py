@@ -24,7 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cost.fit import fit_alpha_beta, fit_roofline
-from simulator.cost.latency import AlphaBeta, RooflineParams, roofline_seconds
+from simulator.cost.latency import roofline_seconds
+from simulator.cost.latency_file import AlphaBeta, RooflineParams
 from simulator.measured.grid import Family, Grid, LazyGrids
 from simulator.measured.tables import KINDS
 from simulator.measured.work import Device, work

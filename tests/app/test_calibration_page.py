@@ -10,7 +10,7 @@ import numpy as np
 from streamlit.testing.v1 import AppTest
 
 from simulator import calibration
-from simulator.cost.latency import load_latency_models
+from simulator.cost.latency_file import load_latency_models
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import load
 

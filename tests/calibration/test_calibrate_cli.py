@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 import hardware_profiles
 from kernels_calibration.cli import app
 from simulator import calibration, catalog
-from simulator.cost.latency import LatencyModels, load_latency_models
+from simulator.cost.latency import LatencyModels
+from simulator.cost.latency_file import load_latency_models
 from simulator.cost.step import StepCostModel
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import load

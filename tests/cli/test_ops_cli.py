@@ -189,7 +189,7 @@ def synthetic_measurements(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_fit_and_validate_on_synthetic_measurements(tmp_path: Path) -> None:
-    from simulator.cost.latency import load_latency_models
+    from simulator.cost.latency_file import load_latency_models
 
     gemm, ar = synthetic_measurements(tmp_path)
     out = tmp_path / "latency_models.json"

@@ -16,7 +16,8 @@ from simulator.cost.fit import (
     kfold_errors,
     measured_ops,
 )
-from simulator.cost.latency import RooflineParams, roofline_seconds
+from simulator.cost.latency import roofline_seconds
+from simulator.cost.latency_file import RooflineParams
 from simulator.cost.predict import op_rows
 
 H100 = catalog.hardware_profile("h100")

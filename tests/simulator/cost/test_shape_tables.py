@@ -8,7 +8,8 @@ import pytest
 
 from simulator import catalog
 from simulator.cost.fit import fit_measured, kfold_errors, measured_ops
-from simulator.cost.latency import LatencyModelFile, LatencyModels, RooflineParams, roofline_seconds
+from simulator.cost.latency import LatencyModels, roofline_seconds
+from simulator.cost.latency_file import LatencyModelFile, RooflineParams
 from simulator.cost.step import StepCostModel
 from simulator.specs import ServingConfig
 

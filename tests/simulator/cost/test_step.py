@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator import catalog
-from simulator.cost.latency import (
+from simulator.cost.latency import LatencyModels
+from simulator.cost.latency_file import (
     FitError,
     FittedModel,
     LatencyModelFile,
-    LatencyModels,
     Measurements,
     RooflineParams,
 )
