@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from simulator.measured.tables import KIND_CLASS
+from simulator.measured.kinds import KIND_CLASS
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.serving import ServingConfig

@@ -28,9 +28,10 @@ from numpy.typing import NDArray
 
 from simulator.measured.errors import new_vendor_classes
 from simulator.measured.grid import Family
+from simulator.measured.kinds import KIND_CLASS, KINDS
 from simulator.measured.lookup import COLLECTIVES, TRANSFERRED, Curve, KindModel
 from simulator.measured.package import DataSource, TableFile, data_source, switched_off
-from simulator.measured.tables import KIND_CLASS, KINDS, Frames, read_frames
+from simulator.measured.tables import Frames, read_frames
 from simulator.measured.work import MLA_HIDDEN, MLA_Q_LORA, Device
 from simulator.specs.hardware import HardwareProfile
 

@@ -27,7 +27,7 @@ from simulator.cost.fit import fit_alpha_beta, fit_roofline
 from simulator.cost.latency import roofline_seconds
 from simulator.cost.latency_file import AlphaBeta, RooflineParams
 from simulator.measured.grid import Family, Grid, LazyGrids
-from simulator.measured.tables import KINDS
+from simulator.measured.kinds import KINDS
 from simulator.measured.work import Device, work
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from simulator.measured.errors import load_errors
+from simulator.measured.kinds import KIND_CLASS
 from simulator.measured.lookup import MEASURED
 from simulator.measured.package import data_source, switched_off, unavailable_note
-from simulator.measured.tables import KIND_CLASS
 
 if TYPE_CHECKING:
     from simulator.cost.latency import LatencyModels

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.measured.kinds import KINDS
 from simulator.measured.package import TableFile
 from simulator.specs.loading import SpecError
 
@@ -54,91 +55,6 @@ NCCL_OPS = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
     "reduce_scatter": "reducescatter",
-    "alltoall": "alltoall",
-    "moe_alltoall": "alltoall",
-}
-# DeepEP modes of the MoE all-to-all table -> vLLM's --all2all-backend names
-A2A_BACKENDS = {"deepep_ht": "deepep_high_throughput", "deepep_ll": "deepep_low_latency"}
-
-
-@dataclass(frozen=True)
-class KindSpec:
-    """How rows of one kind are keyed: exact-match family columns and interpolated axes."""
-
-    family: tuple[str, ...]
-    axes: tuple[str, ...]
-    monotone: tuple[str, ...]  # axes along which the kernel's latency cannot fall
-
-
-KINDS: dict[str, KindSpec] = {
-    # GEMM, BMM and MoE kernels change tiles / kernels with the token count, and the tables
-    # show it (FP8 at m = 1 on Blackwell is slower than at m = 8): no monotone enforcement
-    "gemm": KindSpec(("dtype",), ("m", "n", "k"), ()),
-    "bmm": KindSpec(("which",), ("num_tokens", "num_heads"), ()),
-    "moe": KindSpec(
-        ("dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),
-        ("num_tokens",),
-        (),
-    ),
-    # the same rows by kernel, from every collection (ServingConfig.moe_kernel)
-    "moe_kernel": KindSpec(
-        ("kernel", "dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),
-        ("num_tokens",),
-        (),
-    ),
-    "attn_decode": KindSpec(
-        ("kv_dtype", "head_dim", "window", "num_heads", "num_kv_heads"),
-        ("batch", "ctx_len"),
-        ("batch", "ctx_len"),
-    ),
-    "attn_prefill": KindSpec(
-        ("kv_dtype", "head_dim", "window", "num_heads", "num_kv_heads"),
-        ("batch", "seq_len"),
-        ("batch", "seq_len"),
-    ),
-    "mla_decode_module": KindSpec(
-        ("kv_dtype",), ("num_heads", "batch", "ctx_len"), ("batch", "ctx_len")
-    ),
-    "mla_prefill_module": KindSpec(
-        ("kv_dtype",), ("num_heads", "batch", "seq_len"), ("batch", "seq_len")
-    ),
-    # the attention cores derived from the modules (``device.mla_core_frame``)
-    "mla_decode": KindSpec(("kv_dtype",), ("num_heads", "batch", "ctx_len"), ("batch", "ctx_len")),
-    "mla_prefill": KindSpec(("kv_dtype",), ("num_heads", "batch", "seq_len"), ("batch", "seq_len")),
-    "kda_prefill": KindSpec(
-        ("kind", "num_k_heads", "num_v_heads"), ("batch", "seq_len"), ("batch", "seq_len")
-    ),
-    "kda_decode": KindSpec(("kind", "num_k_heads", "num_v_heads"), ("batch",), ("batch",)),
-    "kda_verify": KindSpec(
-        ("kind", "num_k_heads", "num_v_heads"), ("batch", "queries"), ("batch", "queries")
-    ),
-    "allreduce": KindSpec(("world",), ("bytes",), ("bytes",)),
-    "allgather": KindSpec(("world",), ("bytes",), ("bytes",)),
-    "reducescatter": KindSpec(("world",), ("bytes",), ("bytes",)),
-    "alltoall": KindSpec(("world",), ("bytes",), ("bytes",)),
-    # vLLM's DeepEP dispatch / combine (world first: the collectives' baseline reads it)
-    "moe_alltoall": KindSpec(("world", "backend", "phase"), ("bytes",), ("bytes",)),
-}
-
-
-# kind of table -> op class of the step model it prices
-KIND_CLASS = {
-    "gemm": "gemm",
-    "bmm": "gemm",
-    "moe": "moe",
-    "moe_kernel": "moe",
-    "attn_decode": "attn_decode",
-    "attn_prefill": "attn_prefill",
-    "mla_decode_module": "mla_decode",
-    "mla_prefill_module": "mla_prefill",
-    "mla_decode": "mla_decode",
-    "mla_prefill": "mla_prefill",
-    "kda_prefill": "kda_prefill",
-    "kda_decode": "kda_decode",
-    "kda_verify": "kda_decode",
-    "allreduce": "allreduce",
-    "allgather": "allgather",
-    "reducescatter": "reducescatter",
     "alltoall": "alltoall",
     "moe_alltoall": "alltoall",
 }

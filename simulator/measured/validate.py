@@ -26,8 +26,9 @@ from simulator.measured.device import (
     mla_core_frame,
     mla_projection_seconds,
 )
+from simulator.measured.kinds import KIND_CLASS, KINDS
 from simulator.measured.lookup import COLLECTIVES, KindModel, by_family
-from simulator.measured.tables import KIND_CLASS, KINDS, Frames
+from simulator.measured.tables import Frames
 from simulator.measured.work import Device, work
 from simulator.specs.hardware import HardwareProfile
 
