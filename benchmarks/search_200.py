@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from simulator.planner.executor import run_all
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.expand import expand
+from simulator.planner.space import SearchSpace
 
 SPACE = {
     "name": "bench-200",

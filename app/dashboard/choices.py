@@ -1,7 +1,7 @@
 """Only valid combinations: the TP and DCP sizes, offload sizes and devices the core accepts
 for a model, found with the core's own checks (``deployment.check_deployment``,
 ``deployment.check_device``, ``memory.plan_memory`` and ``memory.fits_on``, the rules
-``planner.space.expand`` prunes with), never re-implemented here.
+``planner.expand.expand`` prunes with), never re-implemented here.
 
 A choice kept in ``st.session_state`` that the new options do not hold (DCP 8 after TP went
 to 4) is replaced by the nearest valid one before its widget is drawn, so a control never

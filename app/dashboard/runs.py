@@ -31,8 +31,9 @@ from simulator.memory import MemoryReport
 from simulator.metrics import Summary
 from simulator.planner.analysis import replicate_scenarios
 from simulator.planner.executor import KeptPool, run_all
+from simulator.planner.expand import Candidate, Pruned, expand
 from simulator.planner.fingerprint import scenario_hash
-from simulator.planner.space import Candidate, Pruned, SearchSpace, expand
+from simulator.planner.space import SearchSpace
 from simulator.simulation import simulate, slo_met, tokens_per_dollar
 from simulator.specs.loading import SpecError, load
 from simulator.specs.scenario import SLO, Scenario

@@ -27,7 +27,8 @@ from simulator.specs.overrides import apply_overrides, blamed
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.planner.space import Pruned, SearchSpace
+    from simulator.planner.expand import Pruned
+    from simulator.planner.space import SearchSpace
 
 
 @command(app, "search", short_help="Best configuration per device under an SLO.")
@@ -281,7 +282,7 @@ def modes_table(runs: "pd.DataFrame") -> Table | None:
 
 def pruned_table_text(pruned: "list[Pruned]", shown: int = 3) -> Table | None:
     """Why configurations were not run: one row per reason, with its count and a few names."""
-    from simulator.planner.space import pruned_groups
+    from simulator.planner.expand import pruned_groups
 
     groups = pruned_groups(pruned)
     if not groups:

@@ -18,14 +18,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
+from simulator.planner.expand import Candidate, Pruned, disaggregation_text
 from simulator.planner.replicates import FIGURES, aggregate, passes, seeds_of, variant
-from simulator.planner.space import (
-    KNOBS,
-    Candidate,
-    Pruned,
-    SearchSpace,
-    disaggregation_text,
-)
+from simulator.planner.space import KNOBS, SearchSpace
 from simulator.planner.uncertainty import model_error
 from simulator.specs.scenario import Scenario
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.planner.expand import Candidate
 from simulator.planner.replicates import passes, seeds_of, variant
-from simulator.planner.space import Candidate
 from simulator.specs.scenario import SLO, Scenario
 
 Runner = Callable[[list[Scenario]], dict[str, dict[str, Any]]]

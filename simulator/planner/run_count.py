@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.planner.space import SearchSpace, knob_values
+from simulator.planner.expand import knob_values
+from simulator.planner.space import SearchSpace
 from simulator.specs.loading import SpecError
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.planner.analysis import replicate_scenarios, runs_table
+from simulator.planner.expand import Candidate, Pruned
 from simulator.planner.maxload import LoadSearch, max_load
 from simulator.planner.replicates import variant
-from simulator.planner.space import Candidate, Pruned, SearchSpace
+from simulator.planner.space import SearchSpace
 from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def prepare(
     ``base`` (as a scenario's is to its file), the traces checked whole (gzip, UTF-8) before
     the first simulation, and every configuration expanded (all of them pruned is an error
     naming the reasons)."""
-    from simulator.planner.space import all_pruned_reason, expand
+    from simulator.planner.expand import all_pruned_reason, expand
     from simulator.simulation import check_workload_files, resolve_workload
     from simulator.specs.loading import SpecError
 

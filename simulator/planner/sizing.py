@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from simulator import catalog
+from simulator.planner.expand import Candidate, Pruned, expand
 from simulator.planner.search import SEARCH_FILES
-from simulator.planner.space import Candidate, Pruned, SearchSpace, expand
+from simulator.planner.space import SearchSpace
 from simulator.specs.frozen import Spec
 from simulator.specs.limits import MAX_GENERATED_SESSIONS, MAX_SEARCH_RUNS, at_most
 from simulator.specs.loading import SpecError, parse

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from simulator import catalog
 from simulator.planner.analysis import fleet_unit
-from simulator.planner.space import SearchSpace, disaggregation_text, knob_values
+from simulator.planner.expand import disaggregation_text, knob_values
+from simulator.planner.space import SearchSpace
 from simulator.specs.loading import SpecError
 
 if TYPE_CHECKING:

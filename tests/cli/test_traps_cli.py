@@ -13,7 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.expand import expand
+from simulator.planner.space import SearchSpace
 
 runner = CliRunner()
 

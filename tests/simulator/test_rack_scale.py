@@ -15,7 +15,8 @@ from rich.console import Console
 from simulator import catalog
 from simulator.cli.search import best_tables
 from simulator.planner.analysis import fleet_unit
-from simulator.planner.space import SearchSpace, expand, knob_label
+from simulator.planner.expand import expand, knob_label
+from simulator.planner.space import SearchSpace
 
 # per-GPU NIC line rate in Gb/s, as the vendor pages name the NIC (profiles' sources)
 NIC_GBIT = {"h100": 400, "h200": 400, "b200": 400, "b300": 800, "gb200": 400, "gb300": 800,

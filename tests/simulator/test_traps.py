@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from simulator import catalog
 from simulator.deployment import check_deployment
 from simulator.memory import plan_memory
-from simulator.planner.space import SearchSpace, Sweep, expand
+from simulator.planner.expand import expand
+from simulator.planner.space import SearchSpace, Sweep
 from simulator.simulation import simulate
 from simulator.specs.loading import SpecError, parse
 from simulator.specs.scenario import Scenario

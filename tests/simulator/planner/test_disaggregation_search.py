@@ -9,8 +9,9 @@ import pytest
 from simulator.planner.analysis import best_per_device, pruned_table, runs_table
 from simulator.planner.compare import frontier, mode_comparison, sensitivity
 from simulator.planner.executor import run_all
+from simulator.planner.expand import expand
 from simulator.planner.report import markdown, write_report
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.space import SearchSpace
 
 SPLIT = {"prefill_replicas": 1, "decode_replicas": 1}
 SPACE = {

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simulator.planner.expand import expand
 from simulator.planner.maxload import max_load
 from simulator.planner.replicates import Interval, aggregate, passes
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.space import SearchSpace
 from simulator.specs.scenario import SLO, Scenario
 
 SPACE = {

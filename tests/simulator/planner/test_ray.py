@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from simulator.planner.executor import run_all
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.expand import expand
+from simulator.planner.space import SearchSpace
 
 ray = pytest.importorskip("ray", reason="ray is a dev dependency; install the [dev] extra")
 

@@ -20,9 +20,10 @@ import pytest
 from simulator import catalog
 from simulator.planner.analysis import NODE_GPUS, best_per_device, fleet_unit, pruned_table
 from simulator.planner.compare import frontier, sensitivity
+from simulator.planner.expand import expand
 from simulator.planner.report import answer, html_report, markdown, write_report
 from simulator.planner.report_figures import frontier_figure
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.space import SearchSpace
 from simulator.planner.verdicts import config_label, min_gpus_for_weights, verdicts
 
 WORKLOAD = {"kind": "random", "input_tokens": 512, "output_tokens": 32, "num_requests": 8,

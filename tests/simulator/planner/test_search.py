@@ -13,8 +13,9 @@ from simulator.cli import app
 from simulator.planner.analysis import best_per_device, operating_points, runs_table
 from simulator.planner.compare import sensitivity
 from simulator.planner.executor import run_all
+from simulator.planner.expand import expand
 from simulator.planner.report import write_report
-from simulator.planner.space import SearchSpace, expand
+from simulator.planner.space import SearchSpace
 from simulator.specs.scenario import Scenario
 
 SPACE = {
