@@ -9,7 +9,7 @@ import streamlit as st
 from streamlit.elements.lib.column_types import ColumnConfig
 
 from simulator import catalog
-from simulator.planner.report import sources_caveat
+from simulator.planner.answer import sources_caveat
 
 DEFAULT_MODEL = "kimi-k3"
 

@@ -15,8 +15,9 @@ from simulator.specs.scenario import Scenario
 
 # what prints or packages results without changing them: edits here keep cached runs valid
 PRESENTATION = (
-    "cli/", "examples/", "api.py", "planner/report.py", "planner/report_tables.py",
-    "planner/report_figures.py", "planner/sizing_report.py", "planner/deploy.py",
+    "cli/", "examples/", "api.py", "planner/report.py", "planner/answer.py",
+    "planner/report_tables.py", "planner/report_figures.py", "planner/sizing_report.py",
+    "planner/deploy.py", "planner/uncertainty.py",  # the error bands stated beside a run
     "validation/document.py", "validation/silicon_document.py",  # the validation pages' text
     "validation/silicon_report.py",  # which points and seeds run: in each scenario's hash
     "validation/silicon_flags.py",  # the MoE kernel of a point: in its scenario's serving

@@ -319,8 +319,8 @@ def answer(
     import pandas as pd
 
     from simulator.planner.analysis import best_per_device, pruned_table
+    from simulator.planner.answer import answer as report_answer
     from simulator.planner.deploy import vllm_serve_command
-    from simulator.planner.report import answer as report_answer
     from simulator.planner.search import run_search
     from simulator.planner.verdicts import verdicts
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.planner.report import slo_text, sources_caveat
+from simulator.planner.answer import slo_text, sources_caveat
 from simulator.planner.report_tables import Table, decision_table
 
 if TYPE_CHECKING:

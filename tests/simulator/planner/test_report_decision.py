@@ -19,9 +19,10 @@ import pytest
 
 from simulator import catalog
 from simulator.planner.analysis import NODE_GPUS, best_per_device, fleet_unit, pruned_table
+from simulator.planner.answer import answer
 from simulator.planner.compare import frontier, sensitivity
 from simulator.planner.expand import expand
-from simulator.planner.report import answer, html_report, markdown, write_report
+from simulator.planner.report import html_report, markdown, write_report
 from simulator.planner.report_figures import frontier_figure
 from simulator.planner.space import SearchSpace
 from simulator.planner.verdicts import config_label, min_gpus_for_weights, verdicts

@@ -204,8 +204,8 @@ def test_the_run_cache_key_covers_the_engine_but_not_the_presentation() -> None:
     for engine in ("engine.py", "scheduler.py", "simulation.py", "planner/executor.py",
                    "cost/step.py", "model_cards/kimi-k3.yaml", "h100/profile.yaml"):  # fmt: skip
         assert engine in names, engine
-    for shown in ("cli/size.py", "planner/report.py", "planner/deploy.py", "api.py",
-                  "validation/document.py", "validation/silicon_report.py",
+    for shown in ("cli/size.py", "planner/report.py", "planner/answer.py", "planner/deploy.py",
+                  "api.py", "validation/document.py", "validation/silicon_report.py",
                   "model_error.json"):  # fmt: skip
         assert shown not in names, shown
 
