@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from simulator.cost import mixers, moe_ep, ops, sparse_ops
+from simulator.cost import dense_lines, mixers, moe_ep, ops, sparse_ops
 from simulator.cost.mamba2 import add_mamba2_lines
 from simulator.cost.ops import OpClass, Work
 from simulator.cost.shapes import CAT_INDEX, CATEGORIES, Category, OpLine, StepCost, StepShape
@@ -177,86 +177,12 @@ class StepOps:
             n_attn = sum(v for k, v in m.counts.items() if k != "none")  # none: MLP-only
             self.collective("attn_allreduce", "allreduce", n_attn, t * d * ops.ACT_BYTES, tp)
             if m.n_dense_mlp:
-                self._dense_mlp(m.n_dense_mlp)
+                dense_lines.record_dense_mlp(self, m.n_dense_mlp)
             if m.n_moe:
-                self._moe(m.n_moe)
-            self._head()
+                moe_ep.record_moe(self, m.n_moe)  # experts, EP, latent MoE
+            dense_lines.record_head(self)
         if serving.num_speculative_tokens and s.num_decodes:
-            self._draft(serving.num_speculative_tokens)
-
-    def _draft(self, k: int) -> None:
-        """K sequential draft passes over the decoding requests (EAGLE/MTP): each one decoder
-        layer of the target's full-attention kind (the MTP module, or an EAGLE head of that
-        shape) over the request's context, its MLP, and the lm_head (vllm_mechanics.md 8)."""
-        m, s = self.m, self.s
-        card, tp = m.card, m.serving.tp
-        d = float(card.hidden_size)
-        saved_t, saved_s = self.t, self.s
-        b = s.num_decodes
-        self.t = float(b)
-        self.s = StepShape(
-            num_decodes=b, decode_tokens=b, decode_kv=s.decode_kv,
-            decode_kv_window=s.decode_kv_window, decode_kv_sparse=s.decode_kv_sparse,
-        )  # fmt: skip
-        self.prefix, self.drafting = "draft.", "drafting"
-        kind = next(
-            (
-                x
-                for x in reversed(card.layer_kinds)
-                if x in ("mla", "gqa", "swa", "sparse_gqa", *sparse_ops.KINDS)
-            ),
-            None,
-        )
-        if kind == "mla":
-            mixers.record_mla(self, k)
-        elif kind in sparse_ops.KINDS:
-            sparse_ops.record(self, kind, k)
-        elif kind is not None:
-            mixers.record_gqa(self, kind, k)
-        if not self.static_off:
-            self.collective("attn_allreduce", "allreduce", k, b * d * ops.ACT_BYTES, tp)
-            if card.moe_layer_mask[-1]:
-                self._moe(k)
-            else:
-                self._dense_mlp(k)
-            self.gemm("lm_head", "dense", k, b, card.vocab_size / tp, d, "lm_head")
-        self.t, self.s = saved_t, saved_s
-        self.prefix, self.drafting = "", None
-
-    def _dense_mlp(self, n: float) -> None:
-        m, t = self.m, self.t
-        inter = (m.card.dense_intermediate_size or 0) / m.serving.tp
-        d = float(m.card.hidden_size)
-        if m.card.gated_mlp:
-            self.gemm("mlp.gate_up", "dense", n, t, 2 * inter, d, "dense_mlp")
-        else:  # up_proj, relu2, down_proj
-            self.gemm("mlp.up", "dense", n, t, inter, d, "dense_mlp")
-        self.add(
-            "mlp.act", "elementwise", "dense", n, ops.elementwise(t * inter, 6.0),
-            self.peak("dense_mlp"),
-        )  # fmt: skip
-        self.gemm("mlp.down", "dense", n, t, d, inter, "dense_mlp")
-        self.collective("mlp_allreduce", "allreduce", n, t * d * ops.ACT_BYTES, m.serving.tp)
-
-    def _moe(self, n: float) -> None:
-        moe_ep.record_moe(self, n)  # simulator/cost/moe_ep.py: experts, EP, latent MoE
-
-    def _head(self) -> None:
-        m, s, t = self.m, self.s, self.t
-        card, tp = m.card, m.serving.tp
-        d = float(card.hidden_size)
-        bf16 = m.device.peak_flops_per_s.bf16
-        vocab = card.vocab_size / tp
-        self.add("embedding", "elementwise", "dense", 1, ops.elementwise(t * d, 4.0, 0.0), bf16)
-        self.collective("embedding_allreduce", "allreduce", 1, t * d * ops.ACT_BYTES, tp)
-        # logits for the last token of every request (all 1 + K positions of a verify)
-        rows = float(s.decode_tokens + s.num_prefills)
-        self.gemm("lm_head", "dense", 1, rows, vocab, d, "lm_head")
-        self.collective("logits_allgather", "allgather", 1, rows * vocab * 4.0, tp)
-        self.add(
-            "sampling", "elementwise", "dense", 1,
-            ops.elementwise(rows * card.vocab_size, 8.0), bf16,
-        )  # fmt: skip
+            dense_lines.record_draft(self, serving.num_speculative_tokens)
 
     # ---------------------------------------------------------------- pricing
 

@@ -24,7 +24,7 @@ class PoolServing(Spec):
     An instance of the pool is ``tp x dp`` GPUs. With ``dp > 1`` each DP rank has its own
     scheduler and KV cache (vLLM DP attention): the engine simulates each DP rank as one
     replica of ``tp`` GPUs, and with ``ep = tp x dp`` (wide EP) the MoE layers of every rank
-    see the tokens of all the instance's DP ranks (``simulator.cost.layers._moe``). ``ep`` not
+    see the tokens of all the instance's DP ranks (``simulator.cost.moe_ep.record_moe``). ``ep`` not
     given: expert parallelism stays on (ep = this pool's tp x dp) if ``serving`` has it on
     (``serving.ep = serving.tp x serving.dp > 1``), else off (1).
     """
