@@ -22,17 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.fit import (
-    KFoldErrors,
-    MeasurementTable,
-    fit_error,
-    fit_op_class,
-    kfold_errors,
-    load_measurements,
-    measured_by_class,
-)
+from simulator.cost.fit import KFoldErrors, fit_error, fit_op_class, kfold_errors
 from simulator.cost.latency import LatencyModels
 from simulator.cost.latency_file import FitError, LatencyModelFile, load_latency_models
+from simulator.cost.measurements import MeasurementTable, load_measurements, measured_by_class
 from simulator.cost.predict import OP_COLUMNS, op_rows, predict_seconds
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError

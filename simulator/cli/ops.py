@@ -35,7 +35,7 @@ VidurOpt = Annotated[
 
 
 def _measurement_tables(measurements: list[Path] | None, vidur: Path | None) -> list[Any]:
-    from simulator.cost.fit import load_measurements
+    from simulator.cost.measurements import load_measurements
     from simulator.cost.vidur import vidur_tables
 
     for m in measurements or []:  # regular files, UTF-8, within the table limit
@@ -53,7 +53,7 @@ def _measurement_tables(measurements: list[Path] | None, vidur: Path | None) -> 
 def _measured_by_class(
     measurements: list[Path] | None, vidur: Path | None, profile: HardwareProfile
 ) -> dict[str, Any]:
-    from simulator.cost.fit import measured_by_class
+    from simulator.cost.measurements import measured_by_class
 
     tables = _measurement_tables(measurements, vidur)
     by_class = measured_by_class(tables, profile)

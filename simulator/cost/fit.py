@@ -35,7 +35,7 @@ from simulator.cost.latency_file import (
     file_sha256,
 )
 from simulator.cost.predict import OpRows, op_rows, predict_seconds
-from simulator.cost.shape_csv import numeric_column, read_table
+from simulator.cost.shape_csv import numeric_column
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
 
@@ -368,62 +368,3 @@ def kfold_errors(
                     _predict(model, rows.rows.select(test), profile), rows.seconds[test]
                 )
     return KFoldErrors(op_class, heldout, prior, unseen)
-
-
-# ------------------------------------------------------------------------------ table loading
-
-
-@dataclass(frozen=True)
-class MeasurementTable:
-    file: Path
-    table: pd.DataFrame
-
-
-def load_measurements(paths: Sequence[str | Path]) -> list[MeasurementTable]:
-    """Read measurement CSVs (checked when their rows are priced)."""
-    tables = []
-    for p in paths:
-        table = read_table(p)
-        if "latency_us" not in table.columns:
-            raise SpecError(p, "column latency_us", "missing (the measured median, in us)")
-        tables.append(MeasurementTable(Path(p), table))
-    return tables
-
-
-def measured_by_class(
-    tables: Sequence[MeasurementTable], profile: HardwareProfile
-) -> dict[str, tuple[MeasuredOps, list[Path]]]:
-    """All measured rows grouped by op class (in OP order), with the files they came from."""
-    from simulator.cost.predict import OP_COLUMNS
-
-    parts: dict[str, list[tuple[MeasuredOps, Path]]] = {}
-    for t in tables:
-        all_rows = op_rows(t.table, profile, t.file)
-        for cls in OP_COLUMNS:
-            idx = np.flatnonzero(all_rows.op == cls)
-            if idx.size == 0:
-                continue
-            us = numeric_column(t.table, "latency_us", idx, t.file, f"op {cls}", positive=True)
-            m = MeasuredOps(cls, all_rows.select(all_rows.op == cls), us * 1e-6)
-            parts.setdefault(cls, []).append((m, t.file))
-    out: dict[str, tuple[MeasuredOps, list[Path]]] = {}
-    for cls in OP_COLUMNS:
-        if cls not in parts:
-            continue
-        ms = [m for m, _ in parts[cls]]
-        r = [m.rows for m in ms]
-        merged = MeasuredOps(
-            cls,
-            OpRows(
-                np.concatenate([x.op for x in r]),
-                np.concatenate([x.flops for x in r]),
-                np.concatenate([x.bytes for x in r]),
-                np.concatenate([x.kernels for x in r]),
-                np.concatenate([x.peak_flops_per_s for x in r]),
-                np.concatenate([x.world_size for x in r]),
-                np.concatenate([x.gemm_shape for x in r]),
-            ),
-            np.concatenate([m.seconds for m in ms]),
-        )
-        out[cls] = (merged, [f for _, f in parts[cls]])
-    return out

@@ -39,7 +39,7 @@ from simulator.specs.loading import SpecError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.cost.fit import MeasurementTable
+    from simulator.cost.measurements import MeasurementTable
 
 MLP_FILE = "compute__h100__meta-llama__Llama-2-70b-hf__mlp.csv"
 ALL_REDUCE_FILE = "network__h100_dgx__all_reduce.csv"
@@ -85,7 +85,7 @@ def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[Measurem
     """Measurement tables (gemm; allreduce; elementwise when asked) from Vidur's H100 CSVs."""
     import pandas as pd
 
-    from simulator.cost.fit import MeasurementTable
+    from simulator.cost.measurements import MeasurementTable
 
     root = Path(folder)
     mlp_path = root / MLP_FILE

@@ -152,7 +152,7 @@ def test_vidur_conversion_by_hand(shared_data: Path) -> None:
 
 
 def test_vidur_fit_beats_the_prior_on_gemm(shared_data: Path) -> None:
-    from simulator.cost.fit import measured_by_class
+    from simulator.cost.measurements import measured_by_class
     from simulator.cost.vidur import vidur_tables
 
     by_class = measured_by_class(vidur_tables(shared_data / "vidur_profiling"), H100)
