@@ -18,12 +18,7 @@ from simulator.planner.report_tables import (
     usd,
 )
 from simulator.planner.space import SearchSpace
-from simulator.planner.uncertainty import (
-    NO_LATENCY_POINTS,
-    latency_error,
-    marginal_ttft_text,
-    model_error,
-)
+from simulator.planner.uncertainty import latency_note, marginal_ttft_text, model_error
 from simulator.planner.verdicts import config_label, verdicts
 
 if TYPE_CHECKING:
@@ -44,10 +39,9 @@ def sources_caveat(devices: list[str]) -> str:
             tables = tables_for(profile) if tables_available() else None
             source = basis_of(profile, tables) if tables_available() else "roofline priors"
         err = model_error(d)
-        lat = latency_error(d)
         parts.append(
-            f"{d}: {source}; throughput error band {err.median_ape_pct:.0f} % ({err.basis}); "
-            + (lat.text() if lat is not None else NO_LATENCY_POINTS)
+            f"{d}: {source}; throughput error band {err.median_ape_pct:.0f} % ({err.basis});"
+            f" {latency_note(d)}"
         )
     text = "Op latencies and known error per device: " + "; ".join(parts) + "."
     if not tables_available():

@@ -28,8 +28,11 @@ from hardware_profiles import PROFILES_DIR
 from simulator.specs.loading import SpecError
 
 MODEL_ERROR_FILE = PROFILES_DIR / "model_error.json"
-# docs/validation.md of 2026-11-30: 921 InferenceMAX v1 points on roofline priors
-FALLBACK = (28.9, "end to end, InferenceMAX v1, roofline priors (docs/validation.md, 2026-11-30)")
+# docs/validation-2026-11-30-priors.md: 921 InferenceMAX v1 points on roofline priors
+FALLBACK = (
+    28.9,
+    "end to end, InferenceMAX v1, roofline priors (docs/validation-2026-11-30-priors.md)",
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,18 @@ NO_LATENCY_POINTS = (
     "TTFT / TPOT not validated on this device (no measured serving point;"
     " docs/validation-silicon.md covers the NVIDIA devices with measured tables)"
 )
+ON_PRIORS = (
+    "TTFT / TPOT not validated on roofline priors (docs/validation-silicon.md's figures are"
+    " with the measured op tables)"
+)
+
+
+def _on_priors() -> bool:
+    """Runs read no measured table (not installed, or ``PLAN_MEASURED=off``): the figures
+    validated with the tables do not apply, the last published priors figure does."""
+    from simulator.measured.package import tables_available
+
+    return not tables_available()
 
 
 @cache
@@ -98,7 +113,7 @@ def _measured(device: str) -> bool:
 
 def model_error(device: str) -> ModelError:
     """The error band of ``device``'s simulated throughput (median APE, percent)."""
-    data = _load()
+    data = {} if _on_priors() else _load()
     row = data.get("devices", {}).get(device)
     if row:
         return ModelError(float(row["throughput_median_ape_pct"]), str(row["basis"]))
@@ -113,7 +128,9 @@ def model_error(device: str) -> ModelError:
 
 
 def latency_error(device: str) -> LatencyError | None:
-    """The stated TTFT / TPOT error of ``device`` (None: not validated, ``NO_LATENCY_POINTS``)."""
+    """The stated TTFT / TPOT error of ``device`` (None: not validated, ``latency_note``)."""
+    if _on_priors():
+        return None
     section = _load().get("latency", {})
     row = section.get("devices", {}).get(device)
     pooled = row is None
@@ -132,6 +149,14 @@ def latency_error(device: str) -> LatencyError | None:
     )
 
 
+def latency_note(device: str) -> str:
+    """The stated TTFT / TPOT error in words, or why there is none."""
+    lat = latency_error(device)
+    if lat is not None:
+        return lat.text()
+    return ON_PRIORS if _on_priors() else NO_LATENCY_POINTS
+
+
 def stated_error(device: str) -> dict[str, Any]:
     """Both, as ``plan run --json`` and the reports carry them."""
     band = model_error(device)
@@ -140,21 +165,19 @@ def stated_error(device: str) -> dict[str, Any]:
         "throughput_median_ape_pct": band.median_ape_pct,
         "throughput_basis": band.basis,
         "latency": None if lat is None else asdict(lat),
-        "latency_note": lat.text() if lat is not None else NO_LATENCY_POINTS,
+        "latency_note": latency_note(device),
     }
 
 
 def stated_error_line(device: str) -> str:
     """The line ``plan run`` prints under its op-latency line."""
     band = model_error(device)
-    lat = latency_error(device)
     source = band.basis
     if band.basis != FALLBACK[1]:
         source = "InferenceMAX" + (", pooled" if band.pooled else "") + ", docs/validation.md"
     return (
         f"stated end-to-end error on {device}, median APE: throughput"
-        f" {band.median_ape_pct:.0f} % ({source}); "
-        + (lat.text() if lat is not None else NO_LATENCY_POINTS)
+        f" {band.median_ape_pct:.0f} % ({source}); {latency_note(device)}"
     )
 
 

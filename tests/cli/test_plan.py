@@ -329,17 +329,17 @@ def test_run_writes_tables_and_summary(tmp_path: Path) -> None:
         == finished.prompt_tokens
     ).all()
     assert len(pd.read_csv(tmp_path / "out" / "steps.csv")) > 0
-    # the stated error is the committed validation figures of this device
+    # the stated error is the committed validation figures of this device (taken with the
+    # measured tables: on priors no latency figure is claimed)
     committed = json.loads((PROFILES_DIR / "model_error.json").read_text())
     stated = data["stated_error"]
-    assert (
-        stated["throughput_median_ape_pct"]
-        == committed["devices"]["h100"]["throughput_median_ape_pct"]
-    )
-    assert (
-        stated["latency"]["ttft_bias_pct"]
-        == committed["latency"]["devices"]["h100"]["ttft_bias_pct"]
-    )
+    if tables_installed():
+        own = committed["devices"]["h100"]
+        assert stated["throughput_median_ape_pct"] == own["throughput_median_ape_pct"]
+        own_latency = committed["latency"]["devices"]["h100"]
+        assert stated["latency"]["ttft_bias_pct"] == own_latency["ttft_bias_pct"]
+    else:
+        assert stated["latency"] is None
     code, stdout, _ = plan("run", str(f))
     assert code == 0
     assert "throughput per GPU" in stdout

@@ -68,6 +68,5 @@ def test_a_sizing_answers_first_and_prints_the_deploy_line(tmp_path: Path) -> No
     assert data["ranked"][0]["device"] == "h100"
     assert data["ranked"][0]["units"] * 8 >= data["ranked"][0]["gpus"]
     # what the answer's latencies are worth on that device, in the file and the JSON
-    assert data["stated_error"]["h100"]["latency"]["points"] > 0
     assert "TTFT" in data["stated_error"]["h100"]["latency_note"]
     assert data["stated_error"]["h100"]["latency_note"] in (out / "size.md").read_text()

@@ -424,8 +424,11 @@ def test_one_frontier_figure_one_legend_entry_per_device_and_marked_points() -> 
 
 @pytest.mark.parametrize("target_s", [0.61, 0.7, 5.0])
 def test_a_ttft_pass_inside_the_stated_ttft_error_is_called_marginal(target_s: float) -> None:
+    from simulator.measured.package import tables_available
     from simulator.planner.uncertainty import latency_error
 
+    if not tables_available():
+        pytest.skip("the stated TTFT error is for runs on the measured tables (extra absent)")
     space = space_of(
         slo={"interactivity_tok_per_s_p90": SLO, "ttft_s_p90": target_s}, devices=["h100"]
     )

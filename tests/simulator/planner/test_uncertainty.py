@@ -145,6 +145,7 @@ def test_latency_error_is_the_devices_own_else_pooled_else_none(
     if device == "gb200" and not tables_available():
         pytest.skip("gb200 counts as measured only with the measured extra installed")
     monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    monkeypatch.setattr(uncertainty, "_on_priors", lambda: False)
     lat = latency_error(device)
     line = stated_error_line(device)
     if ape is None:
@@ -216,6 +217,7 @@ def test_a_ttft_pass_is_marginal_only_inside_the_stated_bias(
     marginal: bool,
 ) -> None:
     monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    monkeypatch.setattr(uncertainty, "_on_priors", lambda: False)
     text = uncertainty.marginal_ttft_text(device, ttft_s, target_s)
     assert ("a marginal pass" in text) is marginal
     if marginal:
@@ -226,4 +228,22 @@ def test_a_pessimistic_ttft_never_makes_a_pass_marginal(monkeypatch: pytest.Monk
     high = json.loads(json.dumps(FILE))
     high["latency"]["devices"]["h100"]["ttft_bias_pct"] = 12.0
     monkeypatch.setattr(uncertainty, "_load", lambda: high)
+    monkeypatch.setattr(uncertainty, "_on_priors", lambda: False)
+    assert uncertainty.marginal_ttft_text("h100", 1.99, 2.0) == ""
+
+
+def test_on_roofline_priors_the_validated_figures_do_not_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PLAN_MEASURED=off (or the extra not installed): every figure of the file was taken
+    with the measured tables, so the band is the last priors-based one and no latency error
+    is claimed, whatever the file holds."""
+    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    monkeypatch.setenv("PLAN_MEASURED", "off")
+    assert uncertainty._on_priors()
+    assert model_error("h100").median_ape_pct == FALLBACK[0]
+    assert latency_error("h100") is None
+    line = stated_error_line("h100")
+    assert line.endswith(uncertainty.ON_PRIORS)
+    assert FALLBACK[1] in line
     assert uncertainty.marginal_ttft_text("h100", 1.99, 2.0) == ""
