@@ -69,7 +69,7 @@ def test_memory_table_and_demo_print() -> None:
     assert "64 coding-agent users" in stdout
     assert "1 TiB" in stdout
     # where the simulated device's latencies come from, and what they are worth
-    assert "op latencies:" in stdout
+    assert ("op latencies:" if tables_installed() else "roofline priors") in stdout
     assert "stated end-to-end error on mi355x" in stdout
 
 
