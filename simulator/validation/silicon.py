@@ -44,7 +44,7 @@ from simulator.specs.serving import MoEKernel
 from simulator.validation.points import Router, read_records
 from simulator.validation.silicon_flags import measured_date, script_flag
 from simulator.validation.silicon_models import MODELS, PRECISIONS
-from simulator.validation.silicon_rows import untrusted_layouts
+from simulator.validation.silicon_rows import repeated_rows, untrusted_layouts
 from simulator.validation.silicon_serve import serve_flags
 
 CSV_NAME = "silicon_sample.csv"
@@ -338,6 +338,9 @@ def load_silicon(path: str | Path) -> LoadedSilicon:
     untrusted = untrusted_layouts(out.points)  # simulator/validation/silicon_rows.py
     out.skipped.update(untrusted.values())
     out.points = [p for p in out.points if p.row not in untrusted]
+    repeated = repeated_rows(out.points)  # one run listed twice: counted once
+    out.skipped.update(repeated.values())
+    out.points = [p for p in out.points if p.row not in repeated]
     # every launch script of silicon_serve.py starts tp_size GPUs
     wider = {p.row for p in out.points if p.dp > 1 and serve_flags(*_script_key(p)) is not None}
     if wider:

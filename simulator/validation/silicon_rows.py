@@ -16,6 +16,13 @@ Two rules, applied to every mappable point before any is chosen:
    under two or more layouts: when exactly one of those layouts is confirmed by an id that
    names it, the rows of the other layouts are skipped; when none or several are, every row
    of the measurement is skipped (which run it was cannot be told).
+
+And one more on the rows left (``repeated_rows``): the same measurement under the same layout
+and engine version in two or more rows (the 0.12.0 file lists whole sweeps twice, e.g.
+MiniMax-M2.5 NVFP4 on B200 ``..._ep1_0_121`` and ``..._ep1_0_1346``, equal to the last digit)
+is one run: the first row is kept, the others are skipped, so that no run counts twice in a
+median. Two runs of one configuration agree to 0.01 ms in both TTFT and TPOT essentially
+never (repeat runs differ by 2.3 % median in TTFT: silicon_spread.py).
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ SKIP_ID_LAYOUT = "its id names another (tp, ep) than its columns give: the row c
 SKIP_TWO_LAYOUTS = (
     "its measured TTFT and TPOT are another row's under another parallel layout, and the"
     " layout an id confirms is the other one (or none is): which run it was is unclear"
+)
+
+SKIP_REPEATED = (
+    "its measured TTFT and TPOT are an earlier row's, to 0.01 ms, under the same layout and"
+    " engine version: the same run listed again, counted once"
 )
 
 Layout = tuple[int, int, int]  # tp, dp, ep
@@ -73,4 +85,16 @@ def untrusted_layouts(points: Sequence[SiliconPoint]) -> dict[int, str]:
         for q in group:
             if _layout(q) != kept:
                 out[q.row] = SKIP_TWO_LAYOUTS
+    return out
+
+
+def repeated_rows(points: Sequence[SiliconPoint]) -> dict[int, str]:
+    """Row -> ``SKIP_REPEATED`` for every row after the first of one run listed again."""
+    out: dict[int, str] = {}
+    seen: set[tuple[object, ...]] = set()
+    for p in points:
+        key = (*_measurement(p), _layout(p), p.backend_version)
+        if key in seen:
+            out[p.row] = SKIP_REPEATED
+        seen.add(key)
     return out

@@ -18,7 +18,7 @@ from simulator.validation import silicon as s
 from simulator.validation import silicon_report as sr
 from simulator.validation import silicon_sim as sim
 from simulator.validation.silicon_document import render_markdown
-from simulator.validation.silicon_rows import SKIP_ID_LAYOUT, SKIP_TWO_LAYOUTS
+from simulator.validation.silicon_rows import SKIP_ID_LAYOUT, SKIP_REPEATED, SKIP_TWO_LAYOUTS
 
 BASE: dict[str, str] = {
     "id": "x",
@@ -183,11 +183,13 @@ def test_systems_map_through_the_profiles_measured_tables() -> None:
 
 
 def test_load_counts_skips_and_keeps_file_rows(tmp_path: Path) -> None:
-    data = write(tmp_path / "s.csv", [{}, {"backend": "sglang"}, {"mode": "disagg"}, {}])
-    loaded = s.load_silicon(data)
-    assert loaded.rows == 4
-    assert [p.row for p in loaded.points] == [1, 4]
-    assert loaded.skipped == Counter({"backend 'sglang': not vLLM": 1, s.SKIP_DISAGG: 1})
+    rows = [{}, {"backend": "sglang"}, {"mode": "disagg"}, {"silicon_ttft_ms": "104.5"}, {}]
+    loaded = s.load_silicon(write(tmp_path / "s.csv", rows))
+    assert loaded.rows == 5
+    assert [p.row for p in loaded.points] == [1, 4]  # row 5 is row 1's run listed again
+    assert loaded.skipped == Counter(
+        {"backend 'sglang': not vLLM": 1, s.SKIP_DISAGG: 1, SKIP_REPEATED: 1}
+    )
 
 
 @pytest.mark.parametrize(
@@ -314,7 +316,9 @@ def test_real_file_maps_every_vllm_aggregated_row_or_gives_a_reason() -> None:
     # MiniMax-M2.5 rows with attention_dp_size 2 or 4 under scripts that start tp_size GPUs
     assert loaded.skipped[s.SKIP_SCRIPT_WORLD] == 42
     assert all(p.dp == 1 for p in loaded.points if p.card == "minimax-m2.5")
-    assert len(loaded.points) > 1200
+    # whole sweeps listed twice (ids ..._121 and ..._1346): each run counted once
+    assert loaded.skipped[SKIP_REPEATED] == 205
+    assert len(loaded.points) > 1000
 
 
 def test_nvfp4_mappings_follow_the_checkpoints_ignore_lists() -> None:
@@ -466,7 +470,11 @@ def test_rows_wider_than_their_launch_script_are_skipped(tmp_path: Path) -> None
     dp2 = MINIMAX_FP4 | {"batch_size": "16", "attention_dp_size": "2.0", "moe_tp_size": "1",
                          "moe_ep_size": "4"}  # fmt: skip
     when = {"silicon_data_source": "silicon_concurrency=32; measured=2026-04-22T00:00:00.000Z"}
-    rows = [dp2 | when, dp2 | {"silicon_data_source": "silicon_concurrency=32"}, MINIMAX_FP4]
+    rows = [
+        dp2 | when,
+        dp2 | {"silicon_data_source": "silicon_concurrency=32", "silicon_ttft_ms": "104.5"},
+        MINIMAX_FP4,
+    ]
     loaded = s.load_silicon(write(tmp_path / "s.csv", rows))
     assert loaded.skipped[s.SKIP_SCRIPT_WORLD] == 1  # the dated one: its script starts TP GPUs
     assert [(p.row, p.dp) for p in loaded.points] == [(2, 2), (3, 1)]  # no date: no script
