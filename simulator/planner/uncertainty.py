@@ -43,7 +43,7 @@ class ModelError:
 
 
 @dataclass(frozen=True)
-class LatencyError:
+class StatedLatency:
     """TTFT / TPOT against measured serving points: median APE and median bias, percent
     (bias < 0: the simulated latency is lower than measured, i.e. the simulator is optimistic)."""
 
@@ -127,7 +127,7 @@ def model_error(device: str) -> ModelError:
     return ModelError(*FALLBACK)
 
 
-def latency_error(device: str) -> LatencyError | None:
+def latency_error(device: str) -> StatedLatency | None:
     """The stated TTFT / TPOT error of ``device`` (None: not validated, ``latency_note``)."""
     if _on_priors():
         return None
@@ -138,7 +138,7 @@ def latency_error(device: str) -> LatencyError | None:
         row = section.get("pooled", {}).get("measured")
     if not row:
         return None
-    return LatencyError(
+    return StatedLatency(
         ttft_median_ape_pct=float(row["ttft_median_ape_pct"]),
         ttft_bias_pct=float(row["ttft_bias_pct"]),
         tpot_median_ape_pct=float(row["tpot_median_ape_pct"]),
@@ -196,3 +196,21 @@ def marginal_ttft_text(device: str, ttft_s: float | None, target_s: float | None
         f" {-lat.ttft_bias_pct:.0f} % low, median over its measured serving points): a"
         " marginal pass"
     )
+
+
+def stale_latency_devices(measured: dict[str, tuple[float, float, float, float, int]]) -> list[str]:
+    """The devices whose stated TTFT / TPOT figures (median APE and bias of TTFT, then of
+    TPOT, and the point count, as ``scripts/model_error.py`` rounds them) differ from
+    ``measured``, a whole silicon validation's seed-0 figures by device: the file is stale."""
+    committed = _load().get("latency", {}).get("devices", {})
+    fields = ("ttft_median_ape_pct", "ttft_bias_pct", "tpot_median_ape_pct", "tpot_bias_pct")
+    stale = []
+    for device in sorted(set(committed) | set(measured)):
+        row, got = committed.get(device), measured.get(device)
+        if row is None or got is None:
+            stale.append(device)
+            continue
+        mine = tuple(round(v, 1) for v in got[:4])
+        if mine != tuple(float(row[f]) for f in fields) or got[4] != int(row["points"]):
+            stale.append(device)
+    return stale

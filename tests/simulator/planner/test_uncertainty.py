@@ -17,7 +17,7 @@ from simulator.planner import uncertainty
 from simulator.planner.uncertainty import (
     FALLBACK,
     NO_LATENCY_POINTS,
-    LatencyError,
+    StatedLatency,
     latency_error,
     model_error,
     stated_error_line,
@@ -173,7 +173,7 @@ def test_without_the_file_the_published_band_stands_and_no_latency_error_is_clai
     [(-17.0, -4.0, "simulated lower: "), (12.0, 3.0, "simulated higher: "), (-14.6, 3.5, "")],
 )
 def test_the_text_names_the_side_only_when_both_agree(ttft: float, tpot: float, side: str) -> None:
-    lat = LatencyError(15.0, ttft, 6.1, tpot, 157, "b")
+    lat = StatedLatency(15.0, ttft, 6.1, tpot, 157, "b")
     text = lat.text()
     assert f"({side}median bias {ttft:+.0f} % / {tpot:+.0f} %" in text
     assert "simulated" not in text or side
@@ -247,3 +247,38 @@ def test_on_roofline_priors_the_validated_figures_do_not_apply(
     assert line.endswith(uncertainty.ON_PRIORS)
     assert FALLBACK[1] in line
     assert uncertainty.marginal_ttft_text("h100", 1.99, 2.0) == ""
+
+
+def _as_measured(row: dict[str, float]) -> tuple[float, float, float, float, int]:
+    return (
+        row["ttft_median_ape_pct"],
+        row["ttft_bias_pct"],
+        row["tpot_median_ape_pct"],
+        row["tpot_bias_pct"],
+        int(row["points"]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "stale"),
+    [
+        ({}, []),  # this run's figures are the file's
+        ({"h100": (17.14, -16.8, 9.8, -3.8, 222)}, []),  # the same to the file's rounding
+        ({"h100": (17.6, -17.2, 9.6, -4.7, 207)}, ["h100"]),  # another run
+        ({"h100": (17.1, -16.8, 9.8, -3.8, 221)}, ["h100"]),  # another set of points
+        ({"b200": (21.9, -20.7, 7.6, -3.3, 432)}, ["b200"]),  # a device the file lacks
+    ],
+)
+def test_a_stale_latency_section_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+    change: dict[str, tuple[float, float, float, float, int]],
+    stale: list[str],
+) -> None:
+    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    measured = {d: _as_measured(r) for d, r in FILE["latency"]["devices"].items()} | change
+    assert uncertainty.stale_latency_devices(measured) == stale
+
+
+def test_a_device_the_run_lacks_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
+    assert uncertainty.stale_latency_devices({}) == ["h100"]
