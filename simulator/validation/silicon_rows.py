@@ -22,7 +22,7 @@ and engine version in two or more rows (the 0.12.0 file lists whole sweeps twice
 MiniMax-M2.5 NVFP4 on B200 ``..._ep1_0_121`` and ``..._ep1_0_1346``, equal to the last digit)
 is one run: the first row is kept, the others are skipped, so that no run counts twice in a
 median. Two runs of one configuration agree to 0.01 ms in both TTFT and TPOT essentially
-never (repeat runs differ by 2.3 % median in TTFT: silicon_spread.py).
+never (repeat runs differ by 3.5 % median in TTFT, 137 pairs: silicon_spread.py).
 """
 
 from __future__ import annotations
