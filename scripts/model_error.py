@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from hardware_profiles import PROFILES_DIR
 from simulator import catalog
+from simulator.planner.uncertainty import latency_figures
 
 
 def _fail(message: str) -> NoReturn:
@@ -95,16 +96,7 @@ def throughput_section(path: Path) -> dict[str, Any]:
 
 
 def _latency_row(errors: list[tuple[float, float]], basis: str) -> dict[str, Any]:
-    ttft = [e[0] for e in errors]
-    tpot = [e[1] for e in errors]
-    return {
-        "ttft_median_ape_pct": round(statistics.median(abs(e) for e in ttft), 1),
-        "ttft_bias_pct": round(statistics.median(ttft), 1),
-        "tpot_median_ape_pct": round(statistics.median(abs(e) for e in tpot), 1),
-        "tpot_bias_pct": round(statistics.median(tpot), 1),
-        "points": len(errors),
-        "basis": basis,
-    }
+    return {**latency_figures(errors), "basis": basis}
 
 
 def latency_section(path: Path) -> dict[str, Any]:

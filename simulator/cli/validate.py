@@ -304,14 +304,13 @@ def _check_stated_latency(report: Any, out: Path | None) -> None:
     """A whole run of the default file: say so when the TTFT / TPOT errors the planner states
     (hardware_profiles/model_error.json) are not this run's."""
     from simulator.planner.uncertainty import stale_latency_devices
-    from simulator.validation.silicon_report import by_system
 
-    measured: dict[str, tuple[float, float, float, float, int]] = {}
-    for g in by_system(report.results):
-        a, b, c, d = g.median_ape_ttft_pct, g.bias_ttft_pct, g.median_ape_tpot_pct, g.bias_tpot_pct
-        if a is not None and b is not None and c is not None and d is not None:
-            measured[g.system] = (a, b, c, d, g.points)
-    stale = stale_latency_devices(measured)
+    errors: dict[str, list[tuple[float, float]]] = {}
+    for r in report.results:
+        ttft, tpot = r.err_ttft_pct, r.err_tpot_pct
+        if r.ok and ttft is not None and tpot is not None:
+            errors.setdefault(r.point.device, []).append((ttft, tpot))
+    stale = stale_latency_devices(errors)
     if stale:
         where = f"{out}/points.csv" if out is not None else "OUT/points.csv (run with --out)"
         typer.echo(

@@ -20,6 +20,8 @@ These restate the validations; nothing is corrected by them.
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
@@ -151,7 +153,10 @@ def latency_error(device: str) -> StatedLatency | None:
 
 def latency_note(device: str) -> str:
     """The stated TTFT / TPOT error in words, or why there is none."""
-    lat = latency_error(device)
+    return _note(latency_error(device))
+
+
+def _note(lat: StatedLatency | None) -> str:
     if lat is not None:
         return lat.text()
     return ON_PRIORS if _on_priors() else NO_LATENCY_POINTS
@@ -165,7 +170,7 @@ def stated_error(device: str) -> dict[str, Any]:
         "throughput_median_ape_pct": band.median_ape_pct,
         "throughput_basis": band.basis,
         "latency": None if lat is None else asdict(lat),
-        "latency_note": latency_note(device),
+        "latency_note": _note(lat),
     }
 
 
@@ -198,19 +203,34 @@ def marginal_ttft_text(device: str, ttft_s: float | None, target_s: float | None
     )
 
 
-def stale_latency_devices(measured: dict[str, tuple[float, float, float, float, int]]) -> list[str]:
-    """The devices whose stated TTFT / TPOT figures (median APE and bias of TTFT, then of
-    TPOT, and the point count, as ``scripts/model_error.py`` rounds them) differ from
-    ``measured``, a whole silicon validation's seed-0 figures by device: the file is stale."""
+# a device's latency row in model_error.json, besides its basis
+LATENCY_FIGURES = (
+    "ttft_median_ape_pct", "ttft_bias_pct", "tpot_median_ape_pct", "tpot_bias_pct", "points",
+)  # fmt: skip
+
+
+def latency_figures(errors: Sequence[tuple[float, float]]) -> dict[str, float | int]:
+    """Median APE and median bias of TTFT and TPOT, to 0.1 point, over (TTFT error %, TPOT
+    error %) pairs of simulated points, and their count: a latency row of model_error.json
+    (``scripts/model_error.py`` writes them, ``stale_latency_devices`` checks them)."""
+    ttft = [e[0] for e in errors]
+    tpot = [e[1] for e in errors]
+    return {
+        "ttft_median_ape_pct": round(statistics.median(abs(e) for e in ttft), 1),
+        "ttft_bias_pct": round(statistics.median(ttft), 1),
+        "tpot_median_ape_pct": round(statistics.median(abs(e) for e in tpot), 1),
+        "tpot_bias_pct": round(statistics.median(tpot), 1),
+        "points": len(errors),
+    }
+
+
+def stale_latency_devices(errors: dict[str, list[tuple[float, float]]]) -> list[str]:
+    """The devices whose stated TTFT / TPOT figures are not those of ``errors``, a whole silicon
+    validation's (TTFT error %, TPOT error %) pairs by device (seed 0): the file is stale."""
     committed = _load().get("latency", {}).get("devices", {})
-    fields = ("ttft_median_ape_pct", "ttft_bias_pct", "tpot_median_ape_pct", "tpot_bias_pct")
     stale = []
-    for device in sorted(set(committed) | set(measured)):
-        row, got = committed.get(device), measured.get(device)
-        if row is None or got is None:
-            stale.append(device)
-            continue
-        mine = tuple(round(v, 1) for v in got[:4])
-        if mine != tuple(float(row[f]) for f in fields) or got[4] != int(row["points"]):
+    for device in sorted(set(committed) | set(errors)):
+        row, got = committed.get(device), errors.get(device)
+        if row is None or not got or {k: row[k] for k in LATENCY_FIGURES} != latency_figures(got):
             stale.append(device)
     return stale

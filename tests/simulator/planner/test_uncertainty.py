@@ -249,36 +249,34 @@ def test_on_roofline_priors_the_validated_figures_do_not_apply(
     assert uncertainty.marginal_ttft_text("h100", 1.99, 2.0) == ""
 
 
-def _as_measured(row: dict[str, float]) -> tuple[float, float, float, float, int]:
-    return (
-        row["ttft_median_ape_pct"],
-        row["ttft_bias_pct"],
-        row["tpot_median_ape_pct"],
-        row["tpot_bias_pct"],
-        int(row["points"]),
-    )
+# one device's (TTFT error %, TPOT error %) pairs: TTFT median APE 17.1, bias -16.8; TPOT 5.0,
+# -3.8; 3 points, as the file below says
+RUN = [(-20.0, -5.0), (-16.8, -3.8), (17.1, 9.8)]
+STATED = {
+    "latency": {
+        "devices": {
+            "h100": {
+                "ttft_median_ape_pct": 17.1, "ttft_bias_pct": -16.8, "tpot_median_ape_pct": 5.0,
+                "tpot_bias_pct": -3.8, "points": 3, "basis": "b",
+            }
+        }
+    }
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("change", "stale"),
+    ("run", "stale"),
     [
-        ({}, []),  # this run's figures are the file's
-        ({"h100": (17.14, -16.8, 9.8, -3.8, 222)}, []),  # the same to the file's rounding
-        ({"h100": (17.6, -17.2, 9.6, -4.7, 207)}, ["h100"]),  # another run
-        ({"h100": (17.1, -16.8, 9.8, -3.8, 221)}, ["h100"]),  # another set of points
-        ({"b200": (21.9, -20.7, 7.6, -3.3, 432)}, ["b200"]),  # a device the file lacks
+        ({"h100": RUN}, []),  # this run's figures are the file's
+        ({"h100": [(-20.0, -5.0), (-16.84, -3.8), (17.14, 9.8)]}, []),  # the same to 0.1
+        ({"h100": [(-20.0, -5.0), (-17.2, -4.7), (17.6, 9.6)]}, ["h100"]),  # another run
+        ({"h100": [*RUN, (-16.8, -3.8)]}, ["h100"]),  # another set of points
+        ({"h100": RUN, "b200": RUN}, ["b200"]),  # a device the file lacks
+        ({}, ["h100"]),  # a device the run lacks
     ],
 )
 def test_a_stale_latency_section_is_found(
-    monkeypatch: pytest.MonkeyPatch,
-    change: dict[str, tuple[float, float, float, float, int]],
-    stale: list[str],
+    monkeypatch: pytest.MonkeyPatch, run: dict[str, list[tuple[float, float]]], stale: list[str]
 ) -> None:
-    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
-    measured = {d: _as_measured(r) for d, r in FILE["latency"]["devices"].items()} | change
-    assert uncertainty.stale_latency_devices(measured) == stale
-
-
-def test_a_device_the_run_lacks_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(uncertainty, "_load", lambda: FILE)
-    assert uncertainty.stale_latency_devices({}) == ["h100"]
+    monkeypatch.setattr(uncertainty, "_load", lambda: STATED)
+    assert uncertainty.stale_latency_devices(run) == stale
