@@ -369,4 +369,4 @@ def demo(
     from simulator.planner.uncertainty import stated_error_line
 
     typer.echo("  " + one_line(r.latency))  # the last run's: every run is on the same device
-    typer.echo("  " + stated_error_line("mi355x"))
+    typer.echo("  " + stated_error_line(r.scenario.device))
