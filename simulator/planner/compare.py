@@ -53,16 +53,17 @@ def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> p
     return pd.DataFrame(rows)
 
 
-def _equal_scalar(a: object, b: object) -> bool:
-    def missing(x: object) -> bool:
-        return x is None or (isinstance(x, float) and math.isnan(x))
+def _missing(x: object) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
 
-    return (missing(a) and missing(b)) or a == b
+
+def _equal_scalar(a: object, b: object) -> bool:
+    return (_missing(a) and _missing(b)) or a == b
 
 
 def _equal(column: pd.Series, value: object) -> pd.Series:
     """Elementwise equality where a missing knob (None / NaN: the vLLM default) equals itself."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return column.isna()
     return column == value
 
