@@ -108,7 +108,8 @@ def latency_section(path: Path) -> dict[str, Any]:
         )
     source = (
         "measured vLLM serving points of aiconfigurator-core's silicon sample (random prompts,"
-        f" no prefix reuse; {_run_date(path)}, docs/validation-silicon.md)"
+        " no prefix reuse; the run's first seed, docs/validation-silicon.md gives the seeds'"
+        f" range; {_run_date(path)})"
     )
     devices = {d: _latency_row(v, f"{len(v)} {source}") for d, v in sorted(by_device.items())}
     every = [e for v in by_device.values() for e in v]
