@@ -139,7 +139,7 @@ def validate_inferencemax(
     """Simulate the InferenceMAX v1 points; median APE of throughput/GPU and interactivity."""
 
     from simulator import validation as v
-    from simulator.validation.run import user_cache_dir
+    from simulator.validation.runner import user_cache_dir
 
     path = data if data is not None else v.DEFAULT_DATA
     if workers < 1:
@@ -230,7 +230,7 @@ def validate_silicon(
     """Simulate aiconfigurator-core's measured vLLM serving points; median APE of TTFT, TPOT."""
 
     from simulator.validation import silicon_report as s
-    from simulator.validation.run import user_cache_dir
+    from simulator.validation.runner import user_cache_dir
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 
     for name, value in (("workers", workers), ("replicates", replicates)):

@@ -14,7 +14,8 @@ from simulator.specs.loading import SpecError
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
 from simulator.validation.points import benchmark_scenario
-from simulator.validation.run import err_pct, median_tpot_s, run_cached
+from simulator.validation.run import err_pct, median_tpot_s
+from simulator.validation.runner import run_cached
 from simulator.validation.silicon import SiliconPoint
 from simulator.validation.silicon_waves import first_wave_ttft_s
 
@@ -143,7 +144,7 @@ def run_points(
     cache_dir: Path | None = None,
 ) -> list[SiliconResult]:
     """Simulate every point, in the input order whatever the worker count; cached per point
-    in ``cache_dir`` (:func:`simulator.validation.run.run_cached`)."""
+    in ``cache_dir`` (:func:`simulator.validation.runner.run_cached`)."""
     if requests_per_conc < 1:
         raise SpecError(
             "(arguments)", "requests_per_conc", f"must be >= 1, got {requests_per_conc}"

@@ -22,7 +22,7 @@ import pytest
 from simulator.planner.executor import completed, die_with_parent, stop_pool, worker_pool
 from simulator.specs.serving import ServingConfig
 from simulator.validation.points import benchmark_scenario
-from simulator.validation.run import run_cached, run_parallel
+from simulator.validation.runner import run_cached, run_parallel
 
 REPO = Path(__file__).resolve().parents[2]
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux only")
@@ -127,7 +127,7 @@ def test_ctrl_c_kills_the_running_workers_at_once() -> None:
 CTRL_C_SCRIPT = textwrap.dedent(
     """
     import faulthandler, signal, time
-    from simulator.validation.run import run_parallel
+    from simulator.validation.runner import run_parallel
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a hang is, for the test
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal
