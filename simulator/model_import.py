@@ -29,7 +29,6 @@ are converted here. Weight precisions follow ``quantization_config`` (none: the 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,7 +41,7 @@ from simulator.importers import deepseek_v4, dsa, modelopt_quant, nemotron_h
 from simulator.importers.config_view import ConfigView
 from simulator.importers.families import READERS as _OLDER_READERS
 from simulator.importers.hf_precision import base_dtype, precisions
-from simulator.specs.loading import SpecError, parse, read_text
+from simulator.specs.loading import SpecError, parse, parse_json, read_text
 from simulator.specs.model import MODULE_GROUPS, ModelCard, ModuleGroup
 from simulator.specs.precision import WeightPrecision
 
@@ -165,11 +164,7 @@ _READERS = {
 def load_hf_config(path: str | Path) -> dict[str, Any]:
     """Read a Hugging Face config.json; any failure is a SpecError on ``(file)``."""
     p = Path(path)
-    text = read_text(p)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(p, "(file)", f"invalid JSON: {exc.msg} (line {exc.lineno})") from None
+    data = parse_json(read_text(p), p)  # a key given twice is refused, not the last kept
     if not isinstance(data, dict):
         raise SpecError(p, "(file)", f"expected a JSON object, got {type(data).__name__}")
     return modelopt_quant.attach_sidecar(p, data)  # a ModelOpt hf_quant_config.json beside it

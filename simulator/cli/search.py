@@ -13,6 +13,7 @@ from simulator.cli.base import (
     SetOpt,
     app,
     check_kind,
+    check_workers,
     command,
     console,
     print_json,
@@ -85,12 +86,16 @@ def search(
     )
     from simulator.planner.space import SearchSpace
 
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
     if executor not in ("local", "ray"):
         raise SpecError(
             "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
         )
+    if executor == "local":
+        check_workers(workers)
+        if address is not None:
+            raise SpecError("(arguments)", "address", "names a Ray cluster: add --executor ray")
+    elif workers < 1:  # a Ray cluster may have more CPUs than this machine
+        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
     if seeds is not None and seeds < 1:
         raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
     if max_runs < 1:
@@ -228,7 +233,8 @@ def best_tables(space: "SearchSpace", best: "pd.DataFrame", width: int) -> list[
     title = f"Best configuration per device ({_slo_text(space)}), ranked by {basis}"
     caption = (
         "users: concurrent users per deployment (all its replicas); means over the seeds (95 %"
-        " intervals in report.md); the SLO holds on every seed"
+        " intervals in report.md); "
+        + ("the SLO holds on every seed" if space.slo.met(None, None) is not None else "no SLO")
     )
     rows = best.to_dict(orient="records")
     for row in rows:

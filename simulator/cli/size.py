@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, SetOpt, app, command, console, print_json
+from simulator.cli.base import JsonOpt, SetOpt, app, check_workers, command, console, print_json
 from simulator.specs import SpecError
 from simulator.specs.limits import MAX_SEARCH_RUNS
 
@@ -36,8 +36,8 @@ def size(
             "--workload", metavar="agentic|chat|random|PATH", help="Traffic (default agentic)."
         ),
     ] = "agentic",
-    isl: Annotated[int, typer.Option("--isl", help="random: input tokens.")] = 8192,
-    osl: Annotated[int, typer.Option("--osl", help="random: output tokens.")] = 1024,
+    isl: Annotated[int | None, typer.Option("--isl", help="random: input tokens [8192].")] = None,
+    osl: Annotated[int | None, typer.Option("--osl", help="random: output tokens [1024].")] = None,
     cost_model: Annotated[
         str, typer.Option("--cost-model", help="USD per GPU-hour table.")
     ] = "semianalysis_tco_neocloud",
@@ -72,8 +72,12 @@ def size(
     from simulator.planner.sizing_report import terminal_table
     from simulator.specs.loading import parse
 
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
+    check_workers(workers)
+    for flag, value in (("isl", isl), ("osl", osl)):
+        if value is not None and workload != "random":
+            raise SpecError(
+                "(arguments)", flag, f"sets the random workload's lengths; --workload is {workload}"
+            )
     request = parse(
         SizeRequest,
         {
@@ -81,10 +85,12 @@ def size(
             "users": users,
             "slo_interactivity_tok_per_s": slo_interactivity,
             "slo_ttft_p90_s": slo_ttft_p90,
-            "devices": [d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+            "devices": None
+            if devices is None
+            else [d.strip() for d in devices.split(",") if d.strip()],
             "workload": workload,
-            "isl": isl,
-            "osl": osl,
+            "isl": 8192 if isl is None else isl,
+            "osl": 1024 if osl is None else osl,
             "cost_model": cost_model,
             "seeds": seeds,
             "quick": quick,

@@ -9,7 +9,7 @@ from rich.table import Table
 from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, console, print_json
 from simulator.cli.memory import serving_from
-from simulator.specs import SpecError
+from simulator.specs import HardwareProfile, ModelCard, ServingConfig, SpecError
 
 # ------------------------------------------------------------------------------------ step
 
@@ -27,6 +27,45 @@ def _parse_prefill(spec: str) -> tuple[int, int, int]:
     if values[0] < 1 or values[1] < 1 or values[2] < 0:
         raise SpecError("(arguments)", "prefill", f"{spec!r}: counts and tokens must be positive")
     return values
+
+
+def _check_fits(
+    card: ModelCard,
+    profile: HardwareProfile,
+    cfg: ServingConfig,
+    decode: int,
+    context: int,
+    chunks: list[tuple[int, int, int]],
+) -> None:
+    """A step vLLM could schedule: at most max_num_seqs requests, a chunk within the token
+    budget, every request within max_model_len (beyond, the price is of no step vLLM runs)."""
+    from simulator.deployment import batch_limits, effective_max_model_len
+
+    budget, seqs = batch_limits(profile, cfg)
+    longest = effective_max_model_len(card, cfg)
+    requests = decode + sum(n for n, _, _ in chunks)
+    if requests > seqs:
+        raise SpecError(
+            "(arguments)",
+            "decode",
+            f"{requests:,} requests in one step exceed max_num_seqs {seqs:,}",
+        )
+    if decode and context + 1 > longest:
+        raise SpecError(
+            "(arguments)", "context", f"{context:,} tokens reach max_model_len {longest:,}"
+        )
+    for n, tokens, prefix in chunks:
+        if prefix + tokens > longest:
+            raise SpecError(
+                "(arguments)", "prefill",
+                f"{prefix:,} + {tokens:,} tokens exceed max_model_len {longest:,}",
+            )  # fmt: skip
+        if n * tokens > budget:
+            raise SpecError(
+                "(arguments)", "prefill",
+                f"{n:,} x {tokens:,} tokens exceed max_num_batched_tokens {budget:,} (vLLM"
+                " chunks a prompt to the budget)",
+            )  # fmt: skip
 
 
 @command(app, "step", short_help="One engine step's time, by category and op.")
@@ -64,8 +103,9 @@ def step(
     from simulator.deployment import batch_limits, check_deployment, check_device
     from simulator.measured.device import basis_of
 
-    if decode < 0 or context < 0:
-        raise SpecError("(arguments)", "decode", "decode and context must not be negative")
+    for flag, value in (("decode", decode), ("context", context), ("top", top)):
+        if value < 0:
+            raise SpecError("(arguments)", flag, f"must not be negative, got {value}")
     chunks = [_parse_prefill(p) for p in prefill or []]
     if decode == 0 and not chunks:
         raise SpecError(
@@ -82,6 +122,7 @@ def step(
         check_device(cfg, profile)
     except SpecError as exc:
         raise SpecError(source, exc.field, exc.reason) from None
+    _check_fits(card, profile, cfg, decode, context, chunks)
     q = 1 + cfg.num_speculative_tokens
     new = [q] * decode + [t for n, t, _ in chunks for _ in range(n)]
     ctx = [context] * decode + [p for n, _, p in chunks for _ in range(n)]

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, command, console, print_json
+from simulator.cli.base import JsonOpt, check_workers, command, console, print_json
 from simulator.cli.ops import validate_app
 from simulator.outputs import OutputFolder, check_output_file, finite, write_file
 from simulator.specs import SpecError
@@ -142,8 +142,7 @@ def validate_inferencemax(
     from simulator.validation.runner import user_cache_dir
 
     path = data if data is not None else v.DEFAULT_DATA
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be >= 1, got {workers}")
+    check_workers(workers)
     # outputs checked before any work (the folder marked in progress, written whole)
     folder = None if out is None else OutputFolder(out, "plan validate inferencemax", POINTS)
     stage = folder.open() if folder is not None else None
@@ -233,9 +232,9 @@ def validate_silicon(
     from simulator.validation.runner import user_cache_dir
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 
-    for name, value in (("workers", workers), ("replicates", replicates)):
-        if value < 1:
-            raise SpecError("(arguments)", name, f"must be >= 1, got {value}")
+    check_workers(workers)
+    if replicates < 1:
+        raise SpecError("(arguments)", "replicates", f"must be >= 1, got {replicates}")
     # outputs checked before any work (the folder marked in progress, written whole)
     folder = None if out is None else OutputFolder(out, "plan validate silicon", POINTS)
     stage = folder.open() if folder is not None else None

@@ -71,7 +71,8 @@ def workload_stats_command(
     """Requests, sessions, span, rate, length and think-time percentiles, unlimited-cache reuse."""
     from simulator.workload import GENERATORS, generator_source, trace_source, workload_stats
 
-    for value, flag in ((sessions, "sessions"), (limit or 1, "limit"), (isl, "isl"), (osl, "osl")):
+    lim = 1 if limit is None else limit
+    for value, flag in ((sessions, "sessions"), (lim, "limit"), (isl, "isl"), (osl, "osl")):
         if value < 1:
             raise SpecError("(arguments)", flag, f"must be at least 1, got {value}")
     if not 0 <= range_ratio <= 1:

@@ -232,19 +232,27 @@ def check_rows(m: MeasuredOps, file: str | Path) -> None:
     need = min_rows(m.op_class)
     if m.op_class in ops.COLLECTIVE_CLASSES:
         for n in np.unique(m.rows.world_size):
-            have = int(np.sum(m.rows.world_size == n))
+            sel = m.rows.world_size == n
+            have = _distinct(m.rows.bytes[sel])
             if n > 1 and have < need:
                 raise SpecError(
-                    file, "(rows)", f"{m.op_class} at world size {int(n)} has {have} row"
-                    f"{'s' if have != 1 else ''}; {_form(m.op_class)} needs at least {need}",
+                    file, "(rows)", f"{m.op_class} at world size {int(n)} has {have} distinct"
+                    f" message size{'s' if have != 1 else ''}; {_form(m.op_class)} needs at"
+                    f" least {need}",
                 )  # fmt: skip
         return
-    have = len(m.rows)
+    # repeats of one shape measure its noise, not how the time grows: shapes are counted
+    have = _distinct(m.rows.flops, m.rows.bytes, m.rows.kernels)
     if have < need:
         raise SpecError(
-            file, "(rows)", f"{m.op_class} has {have} row{'s' if have != 1 else ''};"
-            f" {_form(m.op_class)} needs at least {need} rows",
+            file, "(rows)", f"{m.op_class} has {have} distinct shape{'s' if have != 1 else ''}"
+            f" ({len(m.rows)} rows); {_form(m.op_class)} needs at least {need}",
         )  # fmt: skip
+
+
+def _distinct(*columns: Array) -> int:
+    """Distinct rows of the columns taken together (NaN equal to NaN)."""
+    return len({tuple(row) for row in np.nan_to_num(np.column_stack(columns), nan=-1.0)})
 
 
 def check_folds(m: MeasuredOps, folds: int, source: str = "(arguments)") -> None:

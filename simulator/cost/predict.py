@@ -69,7 +69,7 @@ DEFAULTS: dict[str, dict[str, float]] = {"moe": {"ep": 1.0, "tp": 1.0}}
 POSITIVE_COLUMNS = frozenset(
     {"m", "n", "k", "num_tokens", "hidden", "inter", "num_experts", "topk", "ep", "tp",
      "batch", "seq_len", "num_heads", "num_kv_heads", "head_dim", "world_size", "elements",
-     "bytes_per_elem"}
+     "bytes_per_elem", "bytes"}
 )  # fmt: skip
 KV_DTYPE_OPS = frozenset({"mla_decode", "mla_prefill", "attn_decode"})  # kv_dtype required
 WEIGHT_DTYPE_OPS = frozenset({"gemm", "moe"})  # dtype = weight format, required

@@ -5,9 +5,13 @@ counts) and across columns (what a kernel of that shape needs); a bad one is a
 
 from __future__ import annotations
 
+import bz2
+import csv
+import gzip
+import lzma
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,16 +44,46 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
     p = Path(path)
     try:
+        _check_row_lengths(p)
         df = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
     except FileNotFoundError:
         raise SpecError(p, "(file)", "no such file") from None
     except pd.errors.EmptyDataError:
         raise SpecError(p, "(file)", "empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise SpecError(p, "(file)", f"not a readable CSV: {str(exc).splitlines()[0]}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, csv.Error, EOFError, OSError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SpecError(p, "(file)", f"not a readable CSV: {first}") from None
     df.columns = [str(c).strip() for c in df.columns]
     stripped: pd.DataFrame = df.apply(lambda col: col.str.strip())
     return stripped
+
+
+def _open_text(p: Path) -> IO[str]:
+    """``p`` as text, decompressed by its suffix as pandas infers it."""
+    if p.suffix == ".gz":
+        return gzip.open(p, "rt", newline="", encoding="utf-8")
+    if p.suffix == ".bz2":
+        return bz2.open(p, "rt", newline="", encoding="utf-8")
+    if p.suffix == ".xz":
+        return lzma.open(p, "rt", newline="", encoding="utf-8")
+    return p.open(newline="", encoding="utf-8")
+
+
+def _check_row_lengths(p: Path) -> None:
+    """The header names each column once, and no row has more cells than it: pandas would
+    rename a repeated ``k`` to ``k.1`` and read a longer row's first cell as a row label,
+    shifting every cell one column (``op`` would read the dtype)."""
+    with _open_text(p) as fh:
+        rows = csv.reader(fh, skipinitialspace=True)
+        header = [c.strip() for c in next(rows, [])]
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise SpecError(p, f"column {repeated[0]}", "appears more than once in the header")
+        for k, row in enumerate(rows):
+            if len(row) > len(header):
+                raise SpecError(
+                    p, f"row {k + 1}", f"{len(row)} cells where the header has {len(header)}"
+                )
 
 
 def cell(row: int, column: str) -> str:
@@ -112,6 +146,10 @@ def check_shapes(cls: str, c: dict[str, Array], rows: NDArray[np.intp], file: st
               f" {int_text(e[i])} (each token picks topk distinct experts)")  # fmt: skip
         first(ep > e, "ep", lambda i: f"{int_text(ep[i])} exceeds num_experts {int_text(e[i])}"
               " (every EP rank holds at least one expert)")  # fmt: skip
+    if cls in ops.COLLECTIVE_CLASSES:
+        w = c["world_size"]
+        first(w < 2, "world_size", lambda i: f"{int_text(w[i])}: a collective spans at least"
+              " 2 GPUs (one GPU exchanges nothing)")  # fmt: skip
     if cls in ("attn_decode", "attn_prefill"):
         h, kv = c["num_heads"], c["num_kv_heads"]
         first(h % kv != 0, "num_heads", lambda i: f"{int_text(h[i])} is not a multiple of"

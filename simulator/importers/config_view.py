@@ -37,12 +37,14 @@ class ConfigView:
             raise self.error(key, "is null")
         return self.data[key]
 
-    def integer(self, key: str, default: int | None = None) -> int:
+    def integer(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
         if default is not None and self.data.get(key) is None:
             return default
         value = self.require(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"expected an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.error(key, f"must be at least {minimum}, got {value}")
         return value
 
     def first_int(self, *keys: str) -> int:

@@ -145,12 +145,12 @@ def _layer_kinds(cfg: ConfigView, kinds: Mapping[str, LayerKind]) -> dict[LayerK
 
 
 def _gqa(cfg: ConfigView, output_gate: bool, qk_norm: QKNorm = "none") -> dict[str, Any]:
-    heads = cfg.integer("num_attention_heads")
-    hidden = cfg.integer("hidden_size")
+    heads = cfg.integer("num_attention_heads", minimum=1)
+    hidden = cfg.integer("hidden_size", minimum=1)
     out: dict[str, Any] = {
         "num_heads": heads,
-        "num_kv_heads": cfg.integer("num_key_value_heads", heads),
-        "head_dim": cfg.integer("head_dim", hidden // heads),
+        "num_kv_heads": cfg.integer("num_key_value_heads", heads, minimum=1),
+        "head_dim": cfg.integer("head_dim", hidden // heads, minimum=1),
         "output_gate": output_gate,
     }
     if qk_norm != "none":

@@ -148,7 +148,7 @@ def _mamba2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
 def _gqa(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     if cfg.get("sliding_window") is not None:
         raise cfg.error("sliding_window", "sliding-window Nemotron-H attention is not supported")
-    heads = cfg.integer("num_attention_heads")
+    heads = cfg.integer("num_attention_heads", minimum=1)
     head_dim = cfg.optional_int("head_dim") or cfg.optional_int("attention_head_dim")
     notes.append(
         "attention blocks apply no rotary embedding (NemotronHAttention: qkv_proj, attention,"
@@ -156,8 +156,8 @@ def _gqa(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     )
     return {
         "num_heads": heads,
-        "num_kv_heads": cfg.integer("num_key_value_heads", heads),
-        "head_dim": head_dim or cfg.integer("hidden_size") // heads,
+        "num_kv_heads": cfg.integer("num_key_value_heads", heads, minimum=1),
+        "head_dim": head_dim or cfg.integer("hidden_size", minimum=1) // heads,
         "output_gate": False,
     }
 

@@ -35,7 +35,13 @@ from pydantic import (
 
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
-from simulator.specs.scenario import SLO, Disaggregation, WorkloadSpec
+from simulator.specs.scenario import (
+    SLO,
+    Disaggregation,
+    WorkloadSpec,
+    ramp_inside_duration,
+    too_few_for_users,
+)
 from simulator.specs.serving import (
     All2AllBackend,
     LatentPlacement,
@@ -129,7 +135,7 @@ class SearchSpace(Spec):
     # "max_load": per configuration the most users meeting the SLO, by bracketing and integer
     # bisection between min(concurrency) and max(concurrency), to within load_tolerance of
     # the load (or one user); "grid": exactly the listed concurrencies
-    search: Literal["max_load", "grid"] = "max_load"
+    search: Literal["max_load", "grid"] = Field(default="max_load", validate_default=True)
     load_tolerance: float = Field(default=0.05, ge=0, lt=1)
 
     @field_validator("demand_requests_per_s")
@@ -159,7 +165,7 @@ class SearchSpace(Spec):
 
     @field_validator("workload")
     @classmethod
-    def _closed_loop(cls, workload: WorkloadSpec) -> WorkloadSpec:
+    def _closed_loop(cls, workload: WorkloadSpec, info: ValidationInfo) -> WorkloadSpec:
         """Every point of a search is a closed loop of ``concurrency`` users: a rate would
         clash with the concurrency each point sets."""
         for rate in ("request_rate_per_s", "session_rate_per_s"):
@@ -168,7 +174,29 @@ class SearchSpace(Spec):
                     f"{rate}: a search runs each point as a closed loop of `concurrency` users;"
                     f" drop {rate} (and size the fleet with demand_requests_per_s)"
                 )
+        users = max(info.data.get("concurrency") or [1])
+        short = too_few_for_users(workload, users)
+        if short:
+            raise ValueError(f"{short} (the largest concurrency searched)")
         return workload
+
+    @field_validator("search")
+    @classmethod
+    def _max_load_needs_a_target(cls, search: str, info: ValidationInfo) -> str:
+        """The max-load search brackets the most users that meet the SLO: without a target
+        every load would pass and the answer would be the largest concurrency listed."""
+        slo = info.data.get("slo")
+        if search == "max_load" and slo is not None and slo.met(None, None) is None:
+            raise ValueError(
+                "max_load looks for the most users meeting the SLO, and slo gives no target:"
+                " give slo.interactivity_tok_per_s_p90 and/or slo.ttft_s_p90, or search: grid"
+            )
+        return search
+
+    @field_validator("duration_s")
+    @classmethod
+    def _ramp_inside_duration(cls, duration_s: float, info: ValidationInfo) -> float:
+        return ramp_inside_duration(duration_s, info) or duration_s
 
     @field_serializer("serving", "sweep")
     def _as_given(self, value: BaseModel, info: SerializationInfo) -> dict[str, Any]:

@@ -42,6 +42,32 @@ def warmup_inside_duration(warmup_s: float, info: ValidationInfo) -> float:
     return warmup_s
 
 
+def ramp_inside_duration(duration_s: float | None, info: ValidationInfo) -> float | None:
+    """A ``duration_s`` validator: closed-loop users all start inside the run (a user the
+    ramp starts at or after ``duration_s`` would never send a request)."""
+    ramp_s = getattr(info.data.get("workload"), "ramp_s", 0.0)
+    if duration_s is not None and ramp_s and ramp_s >= duration_s:
+        raise ValueError(
+            f"workload.ramp_s {ramp_s:g} s reaches duration_s {duration_s:g} s: the users it"
+            " starts at or after the end never run"
+        )
+    return duration_s
+
+
+def too_few_for_users(workload: object, users: int) -> str | None:
+    """Why ``users`` closed-loop users cannot all run on ``workload`` (a generator with fewer
+    sessions, or random prompts with fewer requests, than users: the run would hold fewer in
+    flight than it is labelled with), else None."""
+    have = getattr(workload, "sessions", None) or getattr(workload, "num_requests", None)
+    if have is None or have >= users:
+        return None
+    what = "sessions" if hasattr(workload, "sessions") else "num_requests"
+    return (
+        f"{what} {have:,} is below concurrency {users:,}: at most {have:,} users would ever"
+        f" run; give {what} >= concurrency"
+    )
+
+
 def known_cost_model(name: str) -> str:
     """``name`` if the catalog has it (the scenario's field is named in the error, not the
     command line's)."""
@@ -84,6 +110,9 @@ class _Generated(_Replay):
             raise ValueError(
                 "a generated workload has no timestamps: give concurrency or session_rate_per_s"
             )
+        short = self.concurrency and too_few_for_users(self, self.concurrency)
+        if short:
+            raise ValueError(short)
         return self
 
 
@@ -113,6 +142,9 @@ class RandomPromptWorkload(Spec):
     def _one_mode(self) -> Self:
         if (self.request_rate_per_s is None) == (self.concurrency is None):
             raise ValueError("give exactly one of concurrency (closed loop), request_rate_per_s")
+        short = self.concurrency and too_few_for_users(self, self.concurrency)
+        if short:
+            raise ValueError(short)
         return self
 
 
@@ -366,6 +398,11 @@ class Scenario(Spec):
     @classmethod
     def _known_cost_model(cls, name: str) -> str:
         return known_cost_model(name)
+
+    @field_validator("duration_s")
+    @classmethod
+    def _ramp_inside_duration(cls, duration_s: float | None, info: ValidationInfo) -> float | None:
+        return ramp_inside_duration(duration_s, info)
 
     @field_validator("warmup_s")
     @classmethod

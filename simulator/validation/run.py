@@ -248,6 +248,14 @@ def validate(
 ) -> ValidationReport:
     loaded = load_points(data)
     chosen = select(loaded.points, models, devices, limit_per_curve)
+    if not chosen:
+        why = (
+            f"the --models / --devices filters leave none of its {len(loaded.points):,} points"
+            if loaded.points
+            else f"no point to simulate ({loaded.rows:,} rows, {sum(loaded.skipped.values()):,}"
+            " skipped)"
+        )
+        raise SpecError(data, "(points)", why)
     results = run_points(chosen, requests_per_conc, seed, workers, progress, cache_dir)
     return ValidationReport(
         data=Path(data),

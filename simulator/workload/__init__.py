@@ -210,6 +210,7 @@ def build_replay(
         mode = open_loop(spec.time_scale)
     replay = Replay(source.open(), mode, max_model_len=max_model_len, horizon_s=horizon_s)
     replay.single_turn = not source.has_sessions  # no request follows another's output
+    replay.bad = source.bad
     return replay
 
 

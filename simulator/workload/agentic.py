@@ -171,16 +171,21 @@ def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _S
     if not isinstance(reqs, list):
         raise ValueError(f"{where}: expected a list of requests")
     out: list[_Req | _Sub] = []
+    prev_t: float | None = None
     for i, r in enumerate(reqs):
         w = f"{where}[{i}]"
         if not isinstance(r, dict):
             raise ValueError(f"{w}: expected an object")
+        t = _number(r, "t", w)
+        if prev_t is not None and t < prev_t:
+            raise ValueError(f"{w}.t: {t:g} s goes backwards (the entry before is at {prev_t:g} s)")
+        prev_t = t
         if r.get("type") == "subagent":
             dur = r.get("duration_ms")
             duration_s = None if dur is None else _number(r, "duration_ms", w) / 1000.0
             sub = _entries(r.get("requests"), ranges, block, f"{w}.requests")
             key = str(r.get("agent_id", f"subagent{i}"))
-            out.append(_Sub(key, _number(r, "t", w), duration_s, sub))
+            out.append(_Sub(key, t, duration_s, sub))
             continue
         prompt = _count(r, "in", w, minimum=1)  # a request has a prompt (vLLM: >= 1 token)
         runs = _runs(r.get("hash_ids"), ranges, w)
@@ -192,7 +197,7 @@ def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _S
             )
         out.append(
             _Req(
-                t_s=_number(r, "t", w),
+                t_s=t,
                 prompt_tokens=prompt,
                 output_tokens=_count(r, "out", w),
                 think_time_s=_number(r, "think_time", w, default=0.0),

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.workload.request import Request, Session, SubagentGroup, Turn
+from simulator.workload.source import BadRecords
 
 Due = tuple[float, Request]
 # a request refused for its length: (request, when, why)
@@ -248,6 +249,7 @@ class Replay:
         self.horizon_s = horizon_s
         self.on_reject = on_reject
         self.rejected = 0  # requests refused for their length (never given to the engine)
+        self.bad: BadRecords | None = None  # the source's malformed records (build_replay)
 
     # ---------------------------------------------------------------- the engine's interface
 

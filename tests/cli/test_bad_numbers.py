@@ -53,7 +53,7 @@ SPACE: dict[str, Any] = {
     "concurrency": [1],
     "workload": {"kind": "random", "input_tokens": 256, "output_tokens": 8,
                  "num_requests": 4, "concurrency": 1},
-    "slo": {},
+    "slo": {"interactivity_tok_per_s_p90": 1.0},
     "duration_s": 30.0,
     "warmup_s": 0.0,
     "seeds": 1,
@@ -237,7 +237,7 @@ def big_space(t: Path) -> list[str]:
     """About 4 x 10^6 combinations: 100 x 100 x 100 knob values x 4 loads."""
     space = {
         **SPACE,
-        "concurrency": [1, 2, 4, 8],
+        "concurrency": [1, 2, 3, 4],
         "search": "grid",
         "sweep": {
             "max_num_seqs": list(range(1, 101)),

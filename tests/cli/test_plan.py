@@ -209,7 +209,9 @@ BAD_CASES = [
         "memory", "--model", "llama-3.3-70b", "--device", _broken_profile(t, power_w=None)],
      "gpu.yaml", "power_w"),
     ("import-invalid-json", lambda t: ["models", "import", _write(t, "c.json", "{not json")],
-     "c.json", "(file)"),
+     "c.json", "line 1"),
+    ("import-duplicate-key", lambda t: ["models", "import", _write(
+        t, "c.json", '{"model_type": "llama", "model_type": "qwen3"}')], "c.json", "duplicate"),
     ("import-unknown-family", lambda t: ["models", "import", _write(
         t, "c.json", '{"model_type": "bert", "hidden_size": 8}')], "c.json", "model_type"),
     ("show-unknown", lambda t: ["profiles", "show", "tpu9"], "(arguments)", "name"),

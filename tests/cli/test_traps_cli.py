@@ -32,6 +32,7 @@ SPACE: dict[str, Any] = {
     "workload": {"kind": "random", "input_tokens": 256, "output_tokens": 8,
                  "num_requests": 6, "concurrency": 1},
     "slo": {},
+    "search": "grid",  # no SLO: a max_load search needs a target
     "duration_s": 60.0,
     "warmup_s": 0.0,
 }  # fmt: skip

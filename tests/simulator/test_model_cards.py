@@ -348,7 +348,7 @@ def test_invalid_json_file_is_a_spec_error(tmp_path: Path) -> None:
     path.write_text('{"model_type": ')
     with pytest.raises(SpecError, match="invalid JSON") as info:
         load_hf_config(path)
-    assert info.value.field == "(file)"
+    assert info.value.field == "line 1"
 
 
 def test_missing_and_non_object_files_are_spec_errors(tmp_path: Path) -> None:

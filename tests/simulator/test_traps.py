@@ -39,6 +39,7 @@ SPACE: dict[str, Any] = {
     "workload": {"kind": "random", "input_tokens": 256, "output_tokens": 16,
                  "num_requests": 4, "concurrency": 1},
     "slo": {},
+    "search": "grid",  # no SLO: a max_load search needs a target
     "duration_s": 60.0,
     "warmup_s": 0.0,
 }  # fmt: skip
@@ -321,13 +322,23 @@ def test_simulate_rejects_prompts_beyond_the_card_context() -> None:
     """200k-token prompts on a 131,072-token Llama: the KV cache of an H100 would hold them,
     vLLM would not take them."""
     workload = _random_scenario().workload.model_copy(
-        update={"input_tokens": 200_000, "range_ratio": 1.0, "num_requests": 6}
+        update={"input_tokens": 200_000, "range_ratio": 0.5, "num_requests": 12}
     )
     result = simulate(_random_scenario(tp=1).model_copy(update={"workload": workload}))
-    assert (result.summary.requests_rejected, result.summary.requests_finished) == (6, 0)
+    table = result.request_table()
+    refused = table[table.status == "rejected"]
+    assert 0 < len(refused) < 12
+    assert result.summary.requests_finished > 0
+    assert (refused.prompt_tokens + 100 > 131_072).all()  # each is one vLLM would refuse
     assert result.memory.kv_capacity_tokens > 200_100  # not the KV cache's rejection
-    reasons = result.request_table().reject_reason
-    assert reasons.str.contains("max_model_len 131,072").all()
+    assert refused.reject_reason.str.contains("max_model_len 131,072").all()
+    # every request refused: no answer, one error naming the knob and a request's reason
+    every = workload.model_copy(update={"range_ratio": 1.0, "num_requests": 6})
+    with pytest.raises(SpecError) as info:
+        simulate(_random_scenario(tp=1).model_copy(update={"workload": every}), "s.yaml")
+    assert (info.value.file, info.value.field) == ("s.yaml", "serving.max_model_len")
+    assert "every request (6) is refused" in info.value.reason
+    assert "max_model_len 131,072" in info.value.reason
 
 
 def test_scenario_max_model_len_beyond_the_card_is_one_error() -> None:

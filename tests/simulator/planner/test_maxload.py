@@ -19,7 +19,7 @@ SPACE = {
     "name": "ml", "model": "llama-3.3-70b", "devices": ["h100", "h200"],
     "sweep": {"tp": [4, 8]}, "concurrency": [1, 64],
     "workload": {"kind": "random", "input_tokens": 512, "output_tokens": 32,
-                 "num_requests": 24, "concurrency": 1},
+                 "num_requests": 640, "concurrency": 1},
     "slo": {"interactivity_tok_per_s_p90": 20.0}, "duration_s": 600.0, "warmup_s": 0.0,
 }  # fmt: skip
 SLO20 = SLO(interactivity_tok_per_s_p90=20.0)

@@ -27,7 +27,7 @@ from simulator.planner.report_figures import frontier_figure
 from simulator.planner.space import SearchSpace
 from simulator.planner.verdicts import config_label, min_gpus_for_weights, verdicts
 
-WORKLOAD = {"kind": "random", "input_tokens": 512, "output_tokens": 32, "num_requests": 8,
+WORKLOAD = {"kind": "random", "input_tokens": 512, "output_tokens": 32, "num_requests": 6000,
             "concurrency": 1}  # fmt: skip
 SLO = 20.0
 
