@@ -284,12 +284,13 @@ def print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
 WORKERS_PER_CPU = 4
 
 
-def check_workers(workers: int) -> None:
-    """``--workers``: at least 1, at most WORKERS_PER_CPU x this machine's CPUs."""
+def check_workers(workers: int, local: bool = True) -> None:
+    """``--workers``: at least 1; for local processes at most WORKERS_PER_CPU x this
+    machine's CPUs (a Ray cluster may have more CPUs than this machine)."""
     cpus = os.cpu_count() or 1
     if workers < 1:
         raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
-    if workers > WORKERS_PER_CPU * cpus:
+    if local and workers > WORKERS_PER_CPU * cpus:
         raise SpecError(
             "(arguments)",
             "workers",

@@ -90,12 +90,9 @@ def search(
         raise SpecError(
             "(arguments)", "executor", f"unknown executor {executor!r}; use local or ray"
         )
-    if executor == "local":
-        check_workers(workers)
-        if address is not None:
-            raise SpecError("(arguments)", "address", "names a Ray cluster: add --executor ray")
-    elif workers < 1:  # a Ray cluster may have more CPUs than this machine
-        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
+    check_workers(workers, local=executor == "local")
+    if executor == "local" and address is not None:
+        raise SpecError("(arguments)", "address", "names a Ray cluster: add --executor ray")
     if seeds is not None and seeds < 1:
         raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
     if max_runs < 1:
