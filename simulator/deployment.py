@@ -128,10 +128,13 @@ def check_device(
     for field in ("kv_cache_memory_bytes", "runtime_reserve_bytes"):
         value = getattr(serving, field)
         if value is not None and value > usable:
+            user_set = field in serving.model_fields_set
             fail(
                 field,
-                f"{value:.4g} B exceeds the usable memory of one {device.name}"
-                f" ({usable:.4g} B = {usable / GIB:,.1f} GiB; {field} is per GPU)",
+                f"{value:.4g} B{'' if user_set else ' (the default)'} exceeds the usable memory"
+                f" of one {device.name} ({usable:.4g} B = {usable / GIB:,.1f} GiB; {field} is"
+                " per GPU)"
+                + ("" if user_set else ": the device profile's usable_memory_bytes is too small"),
             )
     host = device.host_dram_bytes_per_gpu * serving.tp
     if serving.cpu_offload_bytes > host:

@@ -223,7 +223,11 @@ def plan_memory(
         fits, reason = False, "no memory left for the KV cache after weights and reserves"
     elif num_seqs * per_seq_blocks > num_blocks:
         fits = False
-        reason = f"KV cache holds {max_seqs} sequences of {context_tokens} tokens, not {num_seqs}"
+        reason = (
+            f"KV cache holds {max_seqs:,} sequence{'s' if max_seqs != 1 else ''} of"
+            f" {context_tokens:,} token{'s' if context_tokens != 1 else ''}, not {num_seqs:,}"
+            f" ({num_blocks:,} KV blocks; one sequence needs {per_seq_blocks:,})"
+        )
 
     from simulator.fits import fit_answers
 

@@ -50,7 +50,12 @@ def pool_plans(
         try:
             memory = plan_memory(card, device, s, context_tokens=1, devices=devices)
         except SpecError as exc:
-            raise SpecError(source, exc.field, f"{pool} pool: {exc.reason}") from None
+            # a knob the pool's own override sets is named as that override's field
+            over = d.prefill_serving if pool == "prefill" else d.decode_serving
+            knob = exc.field.removeprefix("serving.")
+            named = over is not None and knob in over.model_fields_set
+            where = f"{field}.{knob}" if named else exc.field
+            raise SpecError(source, where, f"{pool} pool: {exc.reason}") from None
         if check and memory.num_blocks <= memory.blocks_per_seq:
             reason = f"{card.name} on {device.name}: {pool} pool: {memory.fits_reason}"
             raise SpecError(source, field, reason)

@@ -50,6 +50,9 @@ class SimResult:
     prefill_memory: MemoryReport | None = None  # disaggregated: a prefill replica's
     # where the op latencies came from and the stated op error (simulator.measured.summary)
     latency: dict[str, Any] = field(default_factory=dict)
+    # trace records skipped as malformed (``skip_bad``): how many, and the first reasons
+    skipped_records: int = 0
+    skipped_reasons: list[str] = field(default_factory=list)
 
     def request_table(self) -> pd.DataFrame:
         import pandas as pd
@@ -342,7 +345,11 @@ def simulate(
         )
     _check_served(recorder, summary, workload, replay, scenario.duration_s, source)
     wall_s = time.perf_counter() - start
-    return SimResult(scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency))
+    bad = replay.bad
+    return SimResult(
+        scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency),
+        bad.count if bad is not None else 0, list(bad.reasons) if bad is not None else [],
+    )  # fmt: skip
 
 
 def _check_served(
@@ -355,9 +362,20 @@ def _check_served(
 ) -> None:
     """A run that served nothing answers nothing: no request arrived (an empty trace, every
     record skipped as malformed, every timestamp after ``duration_s``), or vLLM would have
-    refused every request for its length. Either is the input's fault: one line, exit 2."""
+    refused every request for its length. Either is the input's fault: one line, exit 2.
+    So is a closed loop of more users than the trace has sessions: the figures would be of
+    fewer users than the run is labelled with."""
     open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
     if recorder.requests or open_:
+        if replay.idle_users and isinstance(workload, TraceWorkload):
+            users = workload.concurrency or 0
+            ran = users - replay.idle_users
+            raise SpecError(
+                source, "workload.concurrency",
+                f"{users:,} users, but the sessions of {Path(workload.path).name} run out"
+                f" after {ran:,}: at most {ran:,} users would ever run; give concurrency <="
+                f" {ran:,}",
+            )  # fmt: skip
         if open_ or any(r.status is not Status.REJECTED for r in recorder.requests):
             return
         first = recorder.requests[0]

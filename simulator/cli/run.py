@@ -75,18 +75,22 @@ def run(
         ),
     ] = None,
     table_format: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--format",
             metavar="csv|parquet|both",
-            help="The tables' format under --out (parquet: pyarrow).",
+            help="The tables' format under --out (parquet: pyarrow) [csv].",
         ),
-    ] = "csv",
+    ] = None,
     sets: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a scenario: throughput per GPU, interactivity, TTFT, prefix-cache hit rates."""
-    formats = check_format(table_format)
+    formats = check_format("csv" if table_format is None else table_format)
+    if table_format is not None and out is None:
+        raise SpecError(
+            "(arguments)", "format", "sets the format of the tables --out writes; give --out DIR"
+        )
     raw = read_yaml(scenario_file)
     sets = sets or []
     data = apply_overrides(raw, sets, "(arguments)") if sets and isinstance(raw, dict) else raw
@@ -144,6 +148,8 @@ def _run(
         "latency": result.latency,
         "stated_error": stated_error(scenario.device),
         "overrides": sets,  # the --set items the scenario file was run with
+        "records_skipped": result.skipped_records,  # malformed trace records (skip_bad)
+        "records_skipped_reasons": result.skipped_reasons,
     }
     if folder is not None and stage is not None:
         tables = {"requests": result.request_table(), "steps": result.step_table()}
@@ -218,6 +224,12 @@ def _run(
         typer.echo(
             f"  note: the workload ended at {s.window_end_s:,.1f} s, before duration_s"
             f" {scenario.duration_s:,.0f} s: the window ends at its last token"
+        )
+    if result.skipped_records:
+        n = result.skipped_records
+        typer.echo(
+            f"  note: {n:,} malformed trace record{'s' if n != 1 else ''} skipped (skip_bad),"
+            f" not replayed; the first: {result.skipped_reasons[0]}"
         )
     from simulator.measured.summary import one_line
 

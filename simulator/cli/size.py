@@ -78,6 +78,13 @@ def size(
             raise SpecError(
                 "(arguments)", flag, f"sets the random workload's lengths; --workload is {workload}"
             )
+    names = None if devices is None else [d.strip() for d in devices.split(",") if d.strip()]
+    if names == []:
+        raise SpecError(
+            "(arguments)", "devices",
+            f"{devices!r} names no device: give e.g. h100,h200, or leave --devices out to size"
+            " every priced one",
+        )  # fmt: skip
     request = parse(
         SizeRequest,
         {
@@ -85,9 +92,7 @@ def size(
             "users": users,
             "slo_interactivity_tok_per_s": slo_interactivity,
             "slo_ttft_p90_s": slo_ttft_p90,
-            "devices": None
-            if devices is None
-            else [d.strip() for d in devices.split(",") if d.strip()],
+            "devices": names,
             "workload": workload,
             "isl": 8192 if isl is None else isl,
             "osl": 1024 if osl is None else osl,

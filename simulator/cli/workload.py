@@ -54,14 +54,14 @@ def workload_stats_command(
         ),
     ] = None,
     sessions: Annotated[
-        int, typer.Option(help="Generator: sessions to generate (random: requests).")
-    ] = 200,
-    seed: Annotated[int, typer.Option(help="Generator: seed.")] = 0,
-    isl: Annotated[int, typer.Option(help="random: input tokens (ISL).")] = 1024,
-    osl: Annotated[int, typer.Option(help="random: output tokens (OSL).")] = 1024,
+        int | None, typer.Option(help="Generator: sessions to generate (random: requests) [200].")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Generator: seed [0].")] = None,
+    isl: Annotated[int | None, typer.Option(help="random: input tokens (ISL) [1024].")] = None,
+    osl: Annotated[int | None, typer.Option(help="random: output tokens (OSL) [1024].")] = None,
     range_ratio: Annotated[
-        float, typer.Option(help="random: lengths uniform in [ratio*ISL, ISL].")
-    ] = 0.8,
+        float | None, typer.Option(help="random: lengths uniform in [ratio*ISL, ISL] [0.8].")
+    ] = None,
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Skip malformed records (counted), don't stop.")
     ] = False,
@@ -71,16 +71,29 @@ def workload_stats_command(
     """Requests, sessions, span, rate, length and think-time percentiles, unlimited-cache reuse."""
     from simulator.workload import GENERATORS, generator_source, trace_source, workload_stats
 
-    lim = 1 if limit is None else limit
-    for value, flag in ((sessions, "sessions"), (lim, "limit"), (isl, "isl"), (osl, "osl")):
-        if value < 1:
+    generator = source in GENERATORS and not Path(source).exists()
+    # an option the source does not read is refused, not ignored (its figures would not be
+    # of what was asked)
+    given = {"format": trace_format, "skip-bad": skip_bad or None, "sessions": sessions,
+             "seed": seed, "isl": isl, "osl": osl, "range-ratio": range_ratio}  # fmt: skip
+    if generator:
+        reads = {"sessions", "seed"} | (
+            {"isl", "osl", "range-ratio"} if source == "random" else set()
+        )
+        what = f"the {source} generator"
+    else:
+        reads, what = {"format", "skip-bad"}, "a trace file"
+    for flag, value in given.items():
+        if value is not None and flag not in reads:
+            raise SpecError("(arguments)", flag, f"--{flag} does not apply to {what}")
+    for value, flag in ((sessions, "sessions"), (limit, "limit"), (isl, "isl"), (osl, "osl")):
+        if value is not None and value < 1:
             raise SpecError("(arguments)", flag, f"must be at least 1, got {value}")
-    if not 0 <= range_ratio <= 1:
-        raise SpecError("(arguments)", "range_ratio", f"must be in [0, 1], got {range_ratio}")
-    if source in GENERATORS and not Path(source).exists():
-        if trace_format is not None:
-            raise SpecError("(arguments)", "format", f"{source!r} is a generator, not a file")
-        src = generator_source(source, sessions, seed, isl, osl, range_ratio)
+    ratio = 0.8 if range_ratio is None else range_ratio
+    if not 0 <= ratio <= 1:
+        raise SpecError("(arguments)", "range_ratio", f"must be in [0, 1], got {ratio}")
+    if generator:
+        src = generator_source(source, sessions or 200, seed or 0, isl or 1024, osl or 1024, ratio)
     else:
         from simulator.workload.traces import check_trace
 

@@ -98,7 +98,8 @@ def one_line(info: dict[str, Any]) -> str:
         return str(info["note"])
     share = info["share_of_gpu_time"]
     parts = [f"{k} {v:.0%}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]) if v]
-    text = f"op latencies: {info['basis']} ({', '.join(parts)} of simulated GPU time)"
+    shares = f"{', '.join(parts)} of simulated GPU time" if parts else "no step simulated"
+    text = f"op latencies: {info['basis']} ({shares})"
     err = info.get("error")
     if err:
         values = sorted(err["median_ape_by_class"].values())

@@ -11,7 +11,7 @@ prefill and decode replicas).
 The base ``serving`` holds what is not swept: a knob set there keeps its value unless the
 sweep lists it (a knob set in both with different values is an error); a knob set in neither
 takes the sweep's default. A value listed twice in the sweep runs once (the repeat is noted
-among the pruned). Configuration ids are unique: when two configurations read alike
+among the pruned); a device or concurrency listed twice is refused (likely a typo). Configuration ids are unique: when two configurations read alike
 (acceptance 0.5 and 0.9 both print ``eagle2``), each gets a short hash of its knob values.
 """
 
@@ -137,6 +137,18 @@ class SearchSpace(Spec):
     # the load (or one user); "grid": exactly the listed concurrencies
     search: Literal["max_load", "grid"] = Field(default="max_load", validate_default=True)
     load_tolerance: float = Field(default=0.05, ge=0, lt=1)
+
+    @field_validator("devices", "concurrency")
+    @classmethod
+    def _each_once(cls, values: list[Any], info: ValidationInfo) -> list[Any]:
+        """A device or load listed twice would run once and read as one: likely a typo for
+        another value, so it is refused rather than dropped."""
+        seen: list[Any] = []
+        for value in values:
+            if value in seen:
+                raise ValueError(f"{value} is listed twice")
+            seen.append(value)
+        return values
 
     @field_validator("demand_requests_per_s")
     @classmethod

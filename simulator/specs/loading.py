@@ -79,7 +79,15 @@ def _spec_error(err: Any, file: str | Path, prefix: str) -> SpecError:
     reason = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         reason = "unknown field"
+    elif err["type"] in ("dict_type", "model_type", "model_attributes_type"):
+        reason = f"must be a mapping (key: value), got {_shown(err.get('input'))}"
     return SpecError(file, field, reason)
+
+
+def _shown(value: Any) -> str:
+    """A wrong input as the error line shows it, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def first_error(exc: ValidationError, file: str | Path, prefix: str = "") -> SpecError:

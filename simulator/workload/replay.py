@@ -250,6 +250,7 @@ class Replay:
         self.on_reject = on_reject
         self.rejected = 0  # requests refused for their length (never given to the engine)
         self.bad: BadRecords | None = None  # the source's malformed records (build_replay)
+        self.idle_users = 0  # closed-loop users the sessions ran out before (never started)
 
     # ---------------------------------------------------------------- the engine's interface
 
@@ -266,6 +267,7 @@ class Replay:
         for user in range(mode.users):
             out += self._next_session(user, mode.ramp_s * user / mode.users)
             if self._exhausted:
+                self.idle_users = mode.users - user  # this user found no session
                 break
         return out
 

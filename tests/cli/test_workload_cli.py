@@ -81,7 +81,7 @@ def test_skip_bad_counts_and_reports(mooncake: Path) -> None:
     ("args", "message"),
     [
         (["nope.jsonl"], "nope.jsonl: (file): no such file or directory"),
-        (["agentic", "--format", "azure"], "'agentic' is a generator, not a file"),
+        (["agentic", "--format", "azure"], "format: --format does not apply to the agentic"),
         (["agentic", "--sessions", "0"], "(arguments): sessions: must be at least 1"),
     ],
 )

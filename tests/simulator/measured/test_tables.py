@@ -347,3 +347,15 @@ def test_lines_sharing_a_curve_are_tallied_by_their_own_query(fixture_tables: Pa
         total = ops.row_totals()
         assert lat.seconds_by_source["measured"] == total[0]
         assert lat.seconds_by_source["fitted"] == total[1]
+
+
+def test_the_line_of_a_run_that_priced_no_step_says_so(fixture_tables: Path) -> None:
+    """Nothing priced: the line says no step was simulated (it printed "( of simulated GPU
+    time)" with an empty share list)."""
+    from simulator.measured.summary import describe, one_line
+
+    lat = LatencyModels.for_device(catalog.hardware_profile("h200"))
+    assert lat.tables is not None
+    line = one_line(describe(lat))
+    assert "(no step simulated)" in line, line
+    assert "( of" not in line

@@ -1,0 +1,297 @@
+"""Inputs that parse but cannot give an honest answer, end to end: each is ONE
+``error: <file>: <field>: <reason>`` line on stderr and exit code 2. Before, most printed an
+answer from zero traffic (an empty or late trace, every request refused), a load the workload
+never reached (fewer requests than users), or hung (100,000 workers).
+
+Table-driven like ``test_bad_numbers``: (id, argv builder, the file the line names, fragments
+of the line). The builders keep every run tiny.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.test_bad_numbers import (
+    AGENTIC,
+    ALLREDUCE,
+    GEMM,
+    PD,
+    SCENARIO,
+    SPACE,
+    STEP,
+    _write,
+    _yaml,
+    agentic_trace,
+    fit_,
+    jsonl,
+    plan,
+    predict_,
+    profile_,
+    row_deadline,
+    run_,
+    run_trace,
+    search_,
+    set_,
+    stats_,
+)
+
+__all__ = ["row_deadline"]  # the fixture, imported for the corpus test
+
+MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+INFERENCEMAX_HEADER = (
+    "model,sequence,hwKey,precision,tp,conc,interactivity_tok_s_user,e2e_latency_s,"
+    "tput_per_gpu,tpPerMw,cost_hyperscaler_per_Mtok,cost_neocloud_per_Mtok,"
+    "cost_3yr_rental_per_Mtok\n"
+)
+INFERENCEMAX_ROW = "DeepSeek R1 0528,1K/1K,b200,fp4,4,4,111.238,8.48,215.01,99082.7,2.5,3.0,3.7\n"
+
+
+def trace_run(trace: Callable[[Path], str], **workload: Any) -> Callable[[Path], list[str]]:
+    """``plan run`` of the tiny scenario on ``trace`` (workload fields merged in; a field
+    given as None is left out: ``concurrency=None`` replays the trace's own timestamps)."""
+
+    def build(t: Path) -> list[str]:
+        spec = {"kind": "trace", "path": trace(t), "concurrency": 1, **workload}
+        spec = {k: v for k, v in spec.items() if v is not None}
+        return ["run", _yaml(t, "s.yaml", {**SCENARIO, "workload": spec})]
+
+    return build
+
+
+def text(name: str, body: str) -> Callable[[Path], str]:
+    return lambda t: _write(t, name, body)
+
+
+def records(name: str, rows: list[Any]) -> Callable[[Path], str]:
+    return lambda t: jsonl(t, name, rows)
+
+
+def search_args(*extra: str, **over: Any) -> Callable[[Path], list[str]]:
+    return lambda t: [*search_(**over)(t), *extra]
+
+
+def raw_csv(body: str) -> Callable[[Path], list[str]]:
+    return lambda t: ["ops", "predict", "--device", "h100", "--input", _write(t, "ops.csv", body)]
+
+
+def inferencemax(body: str, *extra: str) -> Callable[[Path], list[str]]:
+    return lambda t: [
+        "validate", "inferencemax", "--data", _write(t, "im.csv", body), "--no-cache", *extra,
+    ]  # fmt: skip
+
+
+def hf_config(**fields: Any) -> Callable[[Path], list[str]]:
+    config = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+              "vocab_size": 128256, "max_position_embeddings": 131072, **fields}  # fmt: skip
+    return lambda t: ["models", "import", _write(t, "config.json", json.dumps(config))]
+
+
+SIZE = ["size", "--model", "llama-3.1-8b", "--users", "4", "--slo-interactivity", "10"]
+RAGGED = "op,dtype,m,n,k\ngemm,bf16,16,4096,4096\ngemm,bf16,16,4096,4096,7\n"
+
+Row = tuple[str, Callable[[Path], list[str]], str, list[str]]
+CORPUS: list[Row] = [
+    # ---- a run that would serve nothing
+    ("run-azure-header-only", trace_run(text("azure.csv", AZURE_HEADER)), "azure.csv",
+     ["(records)", "holds no request"]),
+    ("run-agentic-no-requests",
+     trace_run(records("trace.jsonl", [{"id": "s1", "block_size": 64, "requests": []}])),
+     "trace.jsonl", ["(records)", "no request"]),
+    ("run-every-record-skipped",
+     trace_run(records("mooncake.jsonl", [{**MOONCAKE, "input_length": 0}] * 3), skip_bad=True),
+     "mooncake.jsonl", ["(records)", "every record is malformed (3 skipped", "input_length"]),
+    ("run-trace-starts-after-duration",
+     trace_run(records("mooncake.jsonl", [{**MOONCAKE, "timestamp": 60_000}]),
+               concurrency=None),
+     "mooncake.jsonl", ["(records)", "no request arrives within duration_s 30 s"]),
+    ("run-every-request-beyond-max-model-len", run_(serving={"max_model_len": 200}), "s.yaml",
+     ["serving.max_model_len", "every request (4) is refused", "max_model_len"]),
+    # ---- a closed loop that can never hold its load
+    ("run-fewer-requests-than-users",
+     run_(workload={**SCENARIO["workload"], "num_requests": 2, "concurrency": 4}), "s.yaml",
+     ["workload.random", "num_requests 2 is below concurrency 4"]),
+    ("run-fewer-sessions-than-users", run_(workload={**AGENTIC, "concurrency": 4}), "s.yaml",
+     ["workload.agentic", "sessions 2 is below concurrency 4"]),
+    ("run-ramp-reaches-duration", run_(workload={**AGENTIC, "ramp_s": 30.0}), "s.yaml",
+     ["duration_s", "workload.ramp_s 30 s reaches duration_s 30 s"]),
+    ("run-more-users-than-trace-sessions",
+     trace_run(records("mooncake.jsonl", [MOONCAKE] * 3), concurrency=5), "s.yaml",
+     ["workload.concurrency", "5 users", "run out after 3", "concurrency <= 3"]),
+    ("run-agentic-t-backwards", run_trace(agentic_trace(t=5.0)), "trace.jsonl",
+     ["line 1", "requests[1].t", "goes backwards"]),
+    ("run-format-without-out", lambda t: [*run_()(t), "--format", "parquet"], "(arguments)",
+     ["format", "give --out DIR"]),
+    # ---- the line names the field the user set, and says what is wrong in words
+    ("run-pool-tp-not-dividing-heads",
+     run_(disaggregation={**PD, "prefill_serving": {"tp": 3}}), "s.yaml",
+     ["disaggregation.prefill_serving.tp", "prefill pool: tp 3 does not divide"]),
+    ("run-precision-not-a-mapping", set_("serving.weight_precision=fp8"), "(arguments)",
+     ["serving.weight_precision", "must be a mapping (key: value), got 'fp8'"]),
+    ("run-kv-bytes-hold-no-block", set_("serving.kv_cache_memory_bytes=1"), "s.yaml",
+     ["KV cache holds 0 sequences of 1 token, not 1", "0 KV blocks"]),
+    ("run-profile-below-default-reserve",
+     lambda t: run_(device=profile_(t, usable_memory_bytes=1e9))(t), "s.yaml",
+     ["serving.runtime_reserve_bytes", "(the default) exceeds", "usable_memory_bytes"]),
+    # ---- plan search
+    ("search-more-users-than-requests", search_(concurrency=[1, 8]), "space.yaml",
+     ["workload", "num_requests 4 is below concurrency 8", "largest concurrency searched"]),
+    ("search-ramp-reaches-duration",
+     search_(workload={**AGENTIC, "concurrency": 1, "ramp_s": 40.0}), "space.yaml",
+     ["duration_s", "ramp_s 40 s reaches duration_s 30 s"]),
+    ("search-max-load-without-slo", search_(slo={}), "space.yaml",
+     ["search", "slo gives no target"]),
+    ("search-device-twice", search_(devices=["h100", "h200", "h100"]), "space.yaml",
+     ["devices", "h100 is listed twice"]),
+    ("search-concurrency-twice", search_(concurrency=[1, 2, 2]), "space.yaml",
+     ["concurrency", "2 is listed twice"]),
+    ("search-workers-beyond-cpus", search_args("--workers", "100000"), "(arguments)",
+     ["workers", "100,000 local worker processes", "per CPU"]),
+    ("search-workers-zero", search_args("--workers", "0"), "(arguments)",
+     ["workers", "at least 1"]),
+    ("search-address-without-ray", search_args("--address", "10.0.0.1:6379"), "(arguments)",
+     ["address", "--executor ray"]),
+    # ---- plan step: a step vLLM would not schedule
+    ("step-decode-beyond-max-num-seqs", lambda t: [*STEP, "--decode", "5000"], "(arguments)",
+     ["decode", "5,000 requests", "max_num_seqs"]),
+    ("step-context-reaches-max-model-len",
+     lambda t: [*STEP, "--decode", "1", "--context", "131072"], "(arguments)",
+     ["context", "131,072 tokens reach max_model_len 131,072"]),
+    ("step-prefix-beyond-max-model-len",
+     lambda t: [*STEP, "--prefill", "2000@130000"], "(arguments)",
+     ["prefill", "exceed max_model_len"]),
+    ("step-chunk-beyond-budget", lambda t: [*STEP, "--prefill", "4x8192"], "(arguments)",
+     ["prefill", "4 x 8,192 tokens exceed max_num_batched_tokens"]),
+    ("step-top-negative", lambda t: [*STEP, "--decode", "1", "--top", "-1"], "(arguments)",
+     ["top", "must not be negative"]),
+    # ---- plan ops predict / plan fit: shapes a collective or a fit cannot have
+    ("ops-collective-bytes-zero", predict_([{**ALLREDUCE, "bytes": 0}]), "ops.csv",
+     ["row 1, column bytes", "> 0"]),
+    ("ops-collective-one-gpu", predict_([{**ALLREDUCE, "world_size": 1}]), "ops.csv",
+     ["row 1, column world_size", "at least 2 GPUs"]),
+    ("ops-column-twice", raw_csv("op,dtype,m,n,k,k\ngemm,bf16,16,4096,4096,8\n"), "ops.csv",
+     ["column k", "more than once"]),
+    ("ops-row-longer-than-header", raw_csv(RAGGED), "ops.csv",
+     ["row 2", "6 cells where the header has 5"]),
+    ("fit-one-distinct-shape", fit_([{**GEMM, "latency_us": 12.0 + i / 100} for i in range(12)]),
+     "measured.csv", ["gemm has 1 distinct shape (12 rows)", "at least"]),
+    # ---- plan validate inferencemax
+    ("validate-inferencemax-header-only", inferencemax(INFERENCEMAX_HEADER), "im.csv",
+     ["(points)", "no point to simulate (0 rows"]),
+    ("validate-inferencemax-filters-leave-none",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--devices", "h100"), "im.csv",
+     ["(points)", "filters leave none of its 1 points"]),
+    ("validate-inferencemax-workers-beyond-cpus",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--workers", "100000"),
+     "(arguments)", ["workers", "per CPU"]),
+    # ---- plan models import
+    ("models-zero-heads", hf_config(num_attention_heads=0), "config.json",
+     ["num_attention_heads", "at least 1, got 0"]),
+    ("models-zero-kv-heads", hf_config(num_key_value_heads=0), "config.json",
+     ["num_key_value_heads", "at least 1, got 0"]),
+    # ---- plan size
+    ("size-devices-empty", lambda t: [*SIZE, "--devices", ""], "(arguments)",
+     ["devices", "names no device"]),
+    ("size-devices-commas", lambda t: [*SIZE, "--devices", " , "], "(arguments)",
+     ["devices", "names no device"]),
+    ("size-isl-with-agentic", lambda t: [*SIZE, "--workload", "agentic", "--isl", "100"],
+     "(arguments)", ["isl", "--workload is agentic"]),
+    ("size-workers-beyond-cpus", lambda t: [*SIZE, "--workers", "100000"], "(arguments)",
+     ["workers", "per CPU"]),
+    # ---- plan workload stats
+    ("stats-limit-zero", lambda t: ["workload", "stats", "agentic", "--limit", "0"],
+     "(arguments)", ["limit"]),
+    # an option the source does not read is refused, not ignored
+    ("stats-isl-with-agentic", lambda t: ["workload", "stats", "agentic", "--isl", "100"],
+     "(arguments)", ["isl", "--isl does not apply to the agentic generator"]),
+    ("stats-range-ratio-with-chat",
+     lambda t: ["workload", "stats", "chat", "--range-ratio", "0.5"], "(arguments)",
+     ["range-ratio", "does not apply to the chat generator"]),
+    ("stats-skip-bad-with-generator", lambda t: ["workload", "stats", "random", "--skip-bad"],
+     "(arguments)", ["skip-bad", "does not apply to the random generator"]),
+    ("stats-sessions-with-trace",
+     lambda t: ["workload", "stats", records("m.jsonl", [MOONCAKE])(t), "--sessions", "5"],
+     "(arguments)", ["sessions", "--sessions does not apply to a trace file"]),
+    ("stats-seed-with-trace",
+     lambda t: ["workload", "stats", records("m.jsonl", [MOONCAKE])(t), "--seed", "3"],
+     "(arguments)", ["seed", "does not apply to a trace file"]),
+    ("stats-agentic-t-backwards", stats_(agentic_trace(t=4.0)), "trace.jsonl",
+     ["line 1", "requests[1].t: 3 s goes backwards (the entry before is at 4 s)"]),
+    # ---- plan demo: a window too short to read, or none
+    *[(f"demo-minutes-{v}", lambda t, v=v: ["demo", "--simulate-minutes", v], "(arguments)",
+       ["simulate-minutes", "0 (the memory table only) or 20 to 1,440 minutes"])
+      for v in ("0.5", "-1", "nan", "inf", "1e12", "19")],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("build", "file", "needles"), [r[1:] for r in CORPUS],
+                         ids=[r[0] for r in CORPUS])  # fmt: skip
+def test_bad_run_is_one_line_and_exit_2(
+    build: Callable[[Path], list[str]],
+    file: str,
+    needles: list[str],
+    tmp_path: Path,
+    row_deadline: None,
+) -> None:
+    code, stdout, stderr = plan(*build(tmp_path))
+    assert code == 2, (code, stdout[-2000:], stderr[-2000:])
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    line = lines[0]
+    assert line.startswith("error: "), line
+    assert file in line.split(": ")[1], line  # the file the input came from
+    for needle in needles:
+        assert needle in line, (needle, line)
+    assert "Traceback" not in stdout + stderr
+
+
+def test_corpus_ids_are_unique() -> None:
+    ids = [r[0] for r in CORPUS]
+    assert len(ids) == len(set(ids))
+
+
+# ----------------------------------------------------------------------------- the edges pass
+
+
+def test_the_same_inputs_at_their_edge_still_run(tmp_path: Path) -> None:
+    """Each refusal above stops at its edge: one more request, one second more, one fewer
+    token run as before (so the checks do not refuse what vLLM serves)."""
+    ok: list[list[str]] = [
+        run_(workload={**SCENARIO["workload"], "num_requests": 4, "concurrency": 4})(tmp_path),
+        run_(workload={**AGENTIC, "ramp_s": 29.0})(tmp_path),
+        run_(serving={"max_model_len": 264})(tmp_path),  # 256 in + 8 out fits exactly
+        trace_run(records("mooncake.jsonl", [MOONCAKE] * 3), concurrency=3)(tmp_path),
+        [*STEP, "--decode", "1", "--context", "131071"],
+        [*STEP, "--prefill", "1000@130072"],
+        [*STEP, "--prefill", "8192"],
+    ]
+    for argv in ok:
+        code, _, stderr = plan(*argv, "--json")
+        assert code == 0, (argv, stderr)
+    space = {**SPACE, "concurrency": [1, 4], "slo": {}, "search": "grid"}
+    code, _, stderr = plan("search", _yaml(tmp_path, "grid.yaml", space),
+                           "--out", str(tmp_path / "g"), "--json")  # fmt: skip
+    assert code == 0, stderr
+
+
+def test_a_trace_with_some_bad_records_still_runs(tmp_path: Path) -> None:
+    """``skip_bad`` with one good record left serves it (only an all-bad trace is refused),
+    and says what it skipped: the answer is of fewer requests than the file holds."""
+    rows = [{**MOONCAKE, "input_length": 0}, MOONCAKE, {**MOONCAKE, "output_length": -1}]
+    argv = trace_run(records("mooncake.jsonl", rows), skip_bad=True)(tmp_path)
+    code, stdout, stderr = plan(*argv, "--json")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    assert (data["requests_finished"], data["records_skipped"]) == (1, 2)
+    assert "line 1: input_length" in data["records_skipped_reasons"][0]
+    assert "line 3: output_length" in data["records_skipped_reasons"][1]
+    code, stdout, stderr = plan(*argv)
+    assert code == 0, stderr
+    assert "note: 2 malformed trace records skipped (skip_bad), not replayed" in stdout
+    assert "line 1: input_length: must be >= 1, got 0" in stdout
