@@ -30,7 +30,8 @@ are converted here. Weight precisions follow ``quantization_config`` (none: the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +211,10 @@ def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCar
     data["layers"]["mixers"] = {k: v for k, v in data["layers"]["mixers"].items() if v}
     # Which module groups exist follows from the architecture: validate once with a
     # placeholder precision table, then fill in the real one for exactly those groups.
-    draft = parse(
-        ModelCard, {**data, "weight_precision": dict.fromkeys(MODULE_GROUPS, "bf16")}, source
-    )
+    with _named_by_config():
+        draft = parse(
+            ModelCard, {**data, "weight_precision": dict.fromkeys(MODULE_GROUPS, "bf16")}, source
+        )
     groups = draft.required_groups()
     if draft.mtp_layers > 0:
         groups.append("mtp")
@@ -229,7 +231,37 @@ def import_hf_config(config: dict[str, Any], name: str, source: str) -> ModelCar
         )
     data["weight_precision"] |= {g: p for g, p in overrides.items() if g in groups}
     data["notes"] = notes
-    return parse(ModelCard, data, source)
+    with _named_by_config():
+        return parse(ModelCard, data, source)
+
+
+# card fields met in a card's checks, by the config.json keys they are read from (most
+# families); a field not listed is named as the card's ("card moe.top_k")
+_CONFIG_KEY = {
+    "layers.count": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "vocab_size": "vocab_size",
+    "max_context_tokens": "max_position_embeddings",
+    "gqa.num_heads": "num_attention_heads",
+    "gqa.num_kv_heads": "num_key_value_heads",
+    "gqa.head_dim": "head_dim",
+    "gqa": "num_attention_heads / num_key_value_heads",
+}
+
+
+@contextmanager
+def _named_by_config() -> Iterator[None]:
+    """A card check that fails on what the config gave names the config's key (the user
+    edits the config.json, not a card they have not seen)."""
+    try:
+        yield
+    except SpecError as exc:
+        errors = [
+            SpecError(e.file, _CONFIG_KEY.get(e.field, f"card {e.field}"), e.reason)
+            for e in exc.errors()
+        ]
+        errors[0].more = tuple(errors[1:])
+        raise errors[0] from None
 
 
 def _hf_id(config: Mapping[str, Any], source: str) -> str:

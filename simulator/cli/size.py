@@ -73,6 +73,8 @@ def size(
     from simulator.specs.loading import parse
 
     check_workers(workers)
+    if max_runs < 1:
+        raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
     for flag, value in (("isl", isl), ("osl", osl)):
         if value is not None and workload != "random":
             raise SpecError(

@@ -11,8 +11,9 @@ prefill and decode replicas).
 The base ``serving`` holds what is not swept: a knob set there keeps its value unless the
 sweep lists it (a knob set in both with different values is an error); a knob set in neither
 takes the sweep's default. A value listed twice in the sweep runs once (the repeat is noted
-among the pruned); a device or concurrency listed twice is refused (likely a typo). Configuration ids are unique: when two configurations read alike
-(acceptance 0.5 and 0.9 both print ``eagle2``), each gets a short hash of its knob values.
+among the pruned); a device or concurrency listed twice is refused (likely a typo).
+Configuration ids are unique: when two configurations read alike (acceptance 0.5 and 0.9 both
+print ``eagle2``), each gets a short hash of its knob values.
 """
 
 from __future__ import annotations

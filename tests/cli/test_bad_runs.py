@@ -195,6 +195,12 @@ CORPUS: list[Row] = [
      ["num_attention_heads", "at least 1, got 0"]),
     ("models-zero-kv-heads", hf_config(num_key_value_heads=0), "config.json",
      ["num_key_value_heads", "at least 1, got 0"]),
+    ("models-layers-zero", hf_config(num_hidden_layers=0), "config.json",
+     ["num_hidden_layers", "greater than 0"]),
+    ("models-heads-not-grouped", hf_config(num_key_value_heads=5), "config.json",
+     ["num_attention_heads / num_key_value_heads", "not a multiple"]),
+    ("models-vocab-zero", hf_config(vocab_size=0), "config.json",
+     ["vocab_size", "greater than 0"]),
     # ---- plan size
     ("size-devices-empty", lambda t: [*SIZE, "--devices", ""], "(arguments)",
      ["devices", "names no device"]),
@@ -204,6 +210,8 @@ CORPUS: list[Row] = [
      "(arguments)", ["isl", "--workload is agentic"]),
     ("size-workers-beyond-cpus", lambda t: [*SIZE, "--workers", "100000"], "(arguments)",
      ["workers", "per CPU"]),
+    ("size-max-runs-zero", lambda t: [*SIZE, "--max-runs", "0"], "(arguments)",
+     ["max_runs", "must be at least 1, got 0"]),
     # ---- plan workload stats
     ("stats-limit-zero", lambda t: ["workload", "stats", "agentic", "--limit", "0"],
      "(arguments)", ["limit"]),

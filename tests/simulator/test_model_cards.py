@@ -364,7 +364,8 @@ def test_schema_violation_from_config_is_a_spec_error() -> None:
     config = llama_config() | {"num_key_value_heads": 3}
     with pytest.raises(SpecError, match="not a multiple of num_kv_heads") as info:
         import_hf_config(config, "x", "x.json")
-    assert info.value.field == "gqa"
+    # named by the config keys the user edits, not the card's ``gqa``
+    assert info.value.field == "num_attention_heads / num_key_value_heads"
 
 
 def test_qwen3_next_without_layer_types_uses_the_interval() -> None:
