@@ -120,8 +120,11 @@ def blame(
 ) -> SpecError:
     """``exc`` (met checking ``data``, read from ``file`` with ``sets`` applied) with each of
     its errors of ``file`` whose field a ``--set`` gave (at or under its key) naming
-    ``source`` instead: the value came from the command line, not from the file."""
+    ``source`` instead: the value came from the command line, not from the file. An error
+    left on ``file`` says the ``--set`` items it was checked with: a check across fields
+    (fewer requests than the concurrency a ``--set`` gave) names a field of the file."""
     keys = [tuple(parse_set(item, source)[0]) for item in sets]
+    given = ", ".join(sets)
 
     def one(err: SpecError) -> SpecError:
         if err.file != str(file):
@@ -129,7 +132,7 @@ def blame(
         path = _data_path(err.field, data)
         if any(path[: len(k)] == k for k in keys):
             return SpecError(source, err.field, err.reason)
-        return err
+        return SpecError(err.file, err.field, f"{err.reason} (with --set {given})")
 
     errors = [one(e) for e in exc.errors()]
     first = errors[0]
