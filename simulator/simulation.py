@@ -25,6 +25,7 @@ from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.records import Pools, Recorder
 from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler, lazy_output_ids
+from simulator.served import check_served
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.scenario import Scenario, TraceWorkload
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
     from simulator.cache.prefix import HitLike
     from simulator.cache.remote_tier import RemoteTier
-    from simulator.workload.replay import Replay
 
 
 @dataclass
@@ -343,61 +343,13 @@ def simulate(
         summary = summarize(
             recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools
         )
-    _check_served(recorder, summary, workload, replay, scenario.duration_s, source)
+    check_served(recorder, summary, workload, replay, scenario.duration_s, source)
     wall_s = time.perf_counter() - start
     bad = replay.bad
     return SimResult(
         scenario, summary, recorder, memory, wall_s, prefill_memory, describe(latency),
         bad.count if bad is not None else 0, list(bad.reasons) if bad is not None else [],
     )  # fmt: skip
-
-
-def _check_served(
-    recorder: Recorder,
-    summary: Summary,
-    workload: Any,
-    replay: Replay,
-    duration_s: float | None,
-    source: str | Path,
-) -> None:
-    """A run that served nothing answers nothing: no request arrived (an empty trace, every
-    record skipped as malformed, every timestamp after ``duration_s``), or vLLM would have
-    refused every request for its length. Either is the input's fault: one line, exit 2.
-    So is a closed loop of more users than the trace has sessions: the figures would be of
-    fewer users than the run is labelled with."""
-    open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
-    if recorder.requests or open_:
-        if replay.idle_users and isinstance(workload, TraceWorkload):
-            users = workload.concurrency or 0
-            ran = users - replay.idle_users
-            raise SpecError(
-                source, "workload.concurrency",
-                f"{users:,} users, but the sessions of {Path(workload.path).name} run out"
-                f" after {ran:,}: at most {ran:,} users would ever run; give concurrency <="
-                f" {ran:,}",
-            )  # fmt: skip
-        if open_ or any(r.status is not Status.REJECTED for r in recorder.requests):
-            return
-        first = recorder.requests[0]
-        length = "max_model_len" in (first.reject_reason or "")
-        raise SpecError(
-            source,
-            "serving.max_model_len" if length else "serving",
-            f"every request ({len(recorder.requests):,}) is refused, e.g. request"
-            f" {first.req_id}: {first.reject_reason}",
-        )
-    where: str | Path = source
-    why = "the workload sent no request"
-    if isinstance(workload, TraceWorkload):
-        where = workload.path
-        bad = replay.bad
-        if bad is not None and bad.count:
-            why = f"every record is malformed ({bad.count:,} skipped: {bad.reasons[0]})"
-        elif replay.issued and duration_s is not None:
-            why = f"no request arrives within duration_s {duration_s:g} s (the first comes later)"
-        else:
-            why = "the trace holds no request"
-    raise SpecError(where, "(records)", why)
 
 
 def slo_met(scenario: Scenario, summary: Summary) -> bool | None:

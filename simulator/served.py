@@ -1,0 +1,65 @@
+"""What a run served, checked before its figures are believed: a run that served nothing,
+or fewer closed-loop users than it is labelled with, is the input's fault (one line, exit 2),
+not an answer of zeros."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.metrics import Summary
+from simulator.records import Recorder
+from simulator.specs.loading import SpecError
+from simulator.specs.scenario import TraceWorkload
+from simulator.states import Status
+
+if TYPE_CHECKING:
+    from simulator.workload.replay import Replay
+
+
+def check_served(
+    recorder: Recorder,
+    summary: Summary,
+    workload: Any,
+    replay: Replay,
+    duration_s: float | None,
+    source: str | Path,
+) -> None:
+    """A run that served nothing answers nothing: no request arrived (an empty trace, every
+    record skipped as malformed, every timestamp after ``duration_s``), or vLLM would have
+    refused every request for its length. Either is the input's fault: one line, exit 2.
+    So is a closed loop of more users than the trace has sessions: the figures would be of
+    fewer users than the run is labelled with."""
+    open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
+    if recorder.requests or open_:
+        if replay.idle_users and isinstance(workload, TraceWorkload):
+            users = workload.concurrency or 0
+            ran = users - replay.idle_users
+            raise SpecError(
+                source, "workload.concurrency",
+                f"{users:,} users, but the sessions of {Path(workload.path).name} run out"
+                f" after {ran:,}: at most {ran:,} users would ever run; give concurrency <="
+                f" {ran:,}",
+            )  # fmt: skip
+        if open_ or any(r.status is not Status.REJECTED for r in recorder.requests):
+            return
+        first = recorder.requests[0]
+        length = "max_model_len" in (first.reject_reason or "")
+        raise SpecError(
+            source,
+            "serving.max_model_len" if length else "serving",
+            f"every request ({len(recorder.requests):,}) is refused, e.g. request"
+            f" {first.req_id}: {first.reject_reason}",
+        )
+    where: str | Path = source
+    why = "the workload sent no request"
+    if isinstance(workload, TraceWorkload):
+        where = workload.path
+        bad = replay.bad
+        if bad is not None and bad.count:
+            why = f"every record is malformed ({bad.count:,} skipped: {bad.reasons[0]})"
+        elif replay.issued and duration_s is not None:
+            why = f"no request arrives within duration_s {duration_s:g} s (the first comes later)"
+        else:
+            why = "the trace holds no request"
+    raise SpecError(where, "(records)", why)
