@@ -18,7 +18,8 @@ from simulator.deployment import check_deployment, check_device
 from simulator.memory import plan_memory
 from simulator.planner.space import KNOBS, LATER_KNOB_DEFAULTS, SERVING_KNOBS, SearchSpace
 from simulator.specs.loading import SpecError, first_error
-from simulator.specs.scenario import Disaggregation, Scenario
+from simulator.specs.pools import Disaggregation
+from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
 
 _MISSING = object()

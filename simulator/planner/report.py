@@ -39,7 +39,7 @@ from simulator.planner.report_tables import (
 from simulator.planner.space import SearchSpace
 from simulator.planner.verdicts import Verdict, verdicts
 from simulator.specs.loading import SpecError
-from simulator.specs.scenario import DEFAULT_LINK_BW_BYTES_PER_S, DEFAULT_LINK_LATENCY_S
+from simulator.specs.pools import DEFAULT_LINK_BW_BYTES_PER_S, DEFAULT_LINK_LATENCY_S
 
 if TYPE_CHECKING:
     import pandas as pd

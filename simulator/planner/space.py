@@ -36,13 +36,8 @@ from pydantic import (
 
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
-from simulator.specs.scenario import (
-    SLO,
-    Disaggregation,
-    WorkloadSpec,
-    ramp_inside_duration,
-    too_few_for_users,
-)
+from simulator.specs.pools import Disaggregation
+from simulator.specs.scenario import SLO, WorkloadSpec, ramp_inside_duration, too_few_for_users
 from simulator.specs.serving import (
     All2AllBackend,
     LatentPlacement,

@@ -11,7 +11,7 @@ from simulator.cache.transfer import NIXL_DESCRIPTOR_S, TransferCost
 from simulator.kv_layout import kv_layout
 from simulator.specs import ServingConfig
 from simulator.specs.hardware import Link
-from simulator.specs.scenario import (
+from simulator.specs.pools import (
     DEFAULT_LINK_BW_BYTES_PER_S,
     DEFAULT_LINK_LATENCY_S,
     Disaggregation,
