@@ -593,10 +593,17 @@ def test_bad_number_is_one_line_and_exit_2(
     row_deadline: None,
     request: pytest.FixtureRequest,
 ) -> None:
-    code, stdout, stderr = plan(*build(tmp_path))
+    assert_refused(*plan(*build(tmp_path)), file, needles, SEVERAL.get(request.node.callspec.id))
+
+
+def assert_refused(
+    code: int, stdout: str, stderr: str, file: str, needles: list[str],
+    fields: list[str] | None = None,
+) -> None:  # fmt: skip
+    """Exit 2 and one ``error: <file>: <field>: <reason>`` line naming ``file`` and holding
+    every needle (or, with ``fields``, one such line per field, in that order)."""
     assert code == 2, (code, stdout[-2000:], stderr[-2000:])
     lines = stderr.strip().splitlines()
-    fields = SEVERAL.get(request.node.callspec.id)
     assert len(lines) == (len(fields) if fields else 1), stderr
     if fields:  # one line per bad field, in the file's order
         assert [ln.split(": ")[2] for ln in lines] == fields, stderr

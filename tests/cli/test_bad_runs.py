@@ -27,6 +27,7 @@ from tests.cli.test_bad_numbers import (
     _write,
     _yaml,
     agentic_trace,
+    assert_refused,
     fit_,
     jsonl,
     plan,
@@ -251,16 +252,7 @@ def test_bad_run_is_one_line_and_exit_2(
     tmp_path: Path,
     row_deadline: None,
 ) -> None:
-    code, stdout, stderr = plan(*build(tmp_path))
-    assert code == 2, (code, stdout[-2000:], stderr[-2000:])
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    line = lines[0]
-    assert line.startswith("error: "), line
-    assert file in line.split(": ")[1], line  # the file the input came from
-    for needle in needles:
-        assert needle in line, (needle, line)
-    assert "Traceback" not in stdout + stderr
+    assert_refused(*plan(*build(tmp_path)), file, needles)
 
 
 def test_corpus_ids_are_unique() -> None:
