@@ -12,6 +12,13 @@ from simulator.cli.base import JsonOpt, SetOpt, app, check_workers, command, con
 from simulator.specs import SpecError
 from simulator.specs.limits import MAX_SEARCH_RUNS
 
+# SizeRequest fields whose option is named otherwise
+_FLAG = {
+    "slo_interactivity_tok_per_s": "slo-interactivity",
+    "slo_ttft_p90_s": "slo-ttft-p90",
+    "cost_model": "cost-model",
+}
+
 
 @command(app, "size")
 def size(
@@ -87,23 +94,28 @@ def size(
             f"{devices!r} names no device: give e.g. h100,h200, or leave --devices out to size"
             " every priced one",
         )  # fmt: skip
-    request = parse(
-        SizeRequest,
-        {
-            "model": model,
-            "users": users,
-            "slo_interactivity_tok_per_s": slo_interactivity,
-            "slo_ttft_p90_s": slo_ttft_p90,
-            "devices": names,
-            "workload": workload,
-            "isl": 8192 if isl is None else isl,
-            "osl": 1024 if osl is None else osl,
-            "cost_model": cost_model,
-            "seeds": seeds,
-            "quick": quick,
-        },
-        "(arguments)",
-    )
+    fields = {
+        "model": model,
+        "users": users,
+        "slo_interactivity_tok_per_s": slo_interactivity,
+        "slo_ttft_p90_s": slo_ttft_p90,
+        "devices": names,
+        "workload": workload,
+        "isl": 8192 if isl is None else isl,
+        "osl": 1024 if osl is None else osl,
+        "cost_model": cost_model,
+        "seeds": seeds,
+        "quick": quick,
+    }
+    try:
+        request = parse(SizeRequest, fields, "(arguments)")
+    except SpecError as exc:  # named by the option the user gave, not the request's field
+        errors = [
+            SpecError(e.file, _FLAG.get(e.field.partition(".")[0], e.field), e.reason)
+            for e in exc.errors()
+        ]
+        errors[0].more = tuple(errors[1:])
+        raise errors[0] from None
     show = not as_json and sys.stderr.isatty()
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -24,9 +24,10 @@ FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "6
     [
         (["size", "--model", "kimi-k3", "--users", "0", "--slo-interactivity", "50"], "users"),
         (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "-5"],
-         "slo_interactivity_tok_per_s"),
+         "(arguments): slo-interactivity: "),  # the option's name, not the request field's
         (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "nan"],
-         "slo_interactivity_tok_per_s"),
+         "(arguments): slo-interactivity: "),
+        ([*BASE, "--slo-ttft-p90", "0"], "(arguments): slo-ttft-p90: "),
         ([*BASE, "--devices", "nosuch"], "nosuch"),
         ([*BASE, "--workload", "missing/trace.jsonl"], "neither a built-in workload"),
         ([*BASE, "--model", "no-such-model"], "no-such-model"),
