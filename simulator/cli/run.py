@@ -225,6 +225,20 @@ def _run(
             f"  note: the workload ended at {s.window_end_s:,.1f} s, before duration_s"
             f" {scenario.duration_s:,.0f} s: the window ends at its last token"
         )
+    if s.requests_rejected:
+        from simulator.states import Status
+
+        first = next((r for r in result.recorder.requests if r.status is Status.REJECTED), None)
+        total = (
+            s.requests_rejected + s.requests_finished + s.requests_in_flight_at_end
+            + s.requests_waiting_at_end
+        )  # fmt: skip
+        example = f"; e.g. request {first.req_id}: {first.reject_reason}" if first else ""
+        typer.echo(
+            f"  note: {s.requests_rejected:,} of {total:,} requests"
+            f" ({s.requests_rejected / total:.0%}) were refused, not served (the figures are"
+            f" of the rest){example}"
+        )
     if result.skipped_records:
         n = result.skipped_records
         typer.echo(

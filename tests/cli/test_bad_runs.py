@@ -299,3 +299,22 @@ def test_a_trace_with_some_bad_records_still_runs(tmp_path: Path) -> None:
     assert code == 0, stderr
     assert "note: 2 malformed trace records skipped (skip_bad), not replayed" in stdout
     assert "line 1: input_length: must be >= 1, got 0" in stdout
+
+
+def test_a_run_with_some_requests_refused_says_how_many(tmp_path: Path) -> None:
+    """Some prompts beyond max_model_len: the run answers for the rest, and says so (the
+    table's "finished / rejected" alone was easy to miss)."""
+    workload = {**SCENARIO["workload"], "input_tokens": 400, "range_ratio": 0.5,
+                "num_requests": 40, "concurrency": 4}  # fmt: skip
+    argv = run_(serving={"max_model_len": 300}, workload=workload)(tmp_path)
+    code, stdout, stderr = plan(*argv, "--json")
+    assert code == 0, stderr
+    data = json.loads(stdout)
+    refused, served = data["requests_rejected"], data["requests_finished"]
+    assert 0 < refused < 40
+    assert refused + served == 40
+    code, stdout, stderr = plan(*argv)
+    assert code == 0, stderr
+    note = next(ln for ln in stdout.splitlines() if "were refused" in ln)
+    assert f"{refused} of 40 requests ({refused / 40:.0%}) were refused" in note
+    assert "exceed max_model_len 300" in note
