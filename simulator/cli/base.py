@@ -5,14 +5,15 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePath
 from typing import Annotated, Any, NoReturn, TypeVar, get_args, get_origin
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 import simulator
 from simulator.cli.tables import PlanConsole
@@ -98,6 +99,44 @@ def _metavar(param: Any) -> str:
     return _TYPE_NAMES.get(annotation, "VALUE")
 
 
+@contextmanager
+def one_line_usage(ctx: Any, what: str = "usage") -> Iterator[None]:
+    """A usage error (unknown option or command, a value of the wrong type, a missing
+    argument) as one ``error: (arguments): <name>: <reason>`` line and exit code 2, like
+    every other bad input, instead of click's usage block. A group given no command still
+    prints its help."""
+    try:
+        yield
+    except Exception as exc:
+        # typer 0.29 vendors click (typer._click): its UsageError is known by name
+        kinds = {c.__name__ for c in type(exc).__mro__}
+        if "UsageError" not in kinds or "NoArgsIsHelpError" in kinds or ctx.resilient_parsing:
+            raise
+        param = getattr(exc, "param", None)
+        name = getattr(exc, "option_name", None) or what
+        if param is not None:
+            argument = getattr(param, "param_type_name", "") == "argument"
+            name = (param.metavar or param.name).lower() if argument else param.opts[0]
+        message = exc.format_message()  # type: ignore[attr-defined]
+        typer.echo(
+            f"error: (arguments): {name.lstrip('-')}: {message} (see {ctx.command_path} --help)",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+
+
+class OnceGroup(TyperGroup):
+    """A command group whose unknown command is one ``error:`` line (:func:`one_line_usage`)."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        with one_line_usage(ctx, "command"):
+            return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with one_line_usage(ctx):
+            return super().parse_args(ctx, args)
+
+
 class OnceCommand(TyperCommand):
     """A command whose single-value options may be given once: a repeated one is one
     ``error:`` line and exit code 2, instead of the last value winning silently.
@@ -120,7 +159,8 @@ class OnceCommand(TyperCommand):
             if message is not None:
                 typer.echo(message, err=True)
                 raise typer.Exit(2)
-        return super().parse_args(ctx, args)
+        with one_line_usage(ctx):
+            return super().parse_args(ctx, args)
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         arguments, options = [], []
@@ -190,7 +230,8 @@ def make_typer(help_text: str, short_help: str | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
-        rich_markup_mode=None,  # usage errors as plain text ending in one "Error: ..." line
+        rich_markup_mode=None,
+        cls=OnceGroup,
     )
 
 
@@ -201,6 +242,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=OnceGroup,
 )
 
 

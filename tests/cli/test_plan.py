@@ -232,13 +232,38 @@ def test_bad_input_is_one_line_and_exit_2(build, file, field, tmp_path: Path) ->
     assert "Traceback" not in stdout + stderr
 
 
-def test_usage_errors_end_in_one_error_line() -> None:
-    code, _, stderr = plan("memory", "--model", "kimi-k3", "--device", "h200", "--tp", "x")
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["memory", "--model", "kimi-k3", "--device", "h200", "--tp", "x"],
+         "error: (arguments): tp: Invalid value for '--tp': Input should be a valid integer"),
+        (["run", "--fromat", "csv", "s.yaml"],
+         "error: (arguments): fromat: No such option: --fromat (Possible options: --format,"),
+        (["serch"], "error: (arguments): command: No such command 'serch'. Did you mean 'search'?"),
+        (["profiles", "nosuch"], "error: (arguments): command: No such command 'nosuch'."),
+        (["run"], "error: (arguments): scenario: Missing argument 'SCENARIO'."),
+        (["examples", "copy", "a", "b"],
+         "error: (arguments): usage: Got unexpected extra argument(s) (b)"),
+        (["workload", "stats", "agentic", "--format"],
+         "error: (arguments): format: Option '--format' requires an argument."),
+    ],
+)  # fmt: skip
+def test_usage_errors_are_one_error_line(argv: list[str], line: str) -> None:
+    """A usage error is one line and exit 2 like any bad input (click printed a usage block
+    and a last "Error:" line), pointing at the command's --help."""
+    code, stdout, stderr = plan(*argv)
     assert code == 2
-    errors = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
-    assert len(errors) == 1
-    assert "'--tp'" in errors[0]
-    assert "integer" in errors[0]
+    assert stdout == ""
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith(line), stderr
+    assert stderr.rstrip().endswith(" --help)"), stderr
+
+
+def test_a_group_without_a_command_still_prints_its_help() -> None:
+    code, _, stderr = plan("profiles")
+    assert code == 2  # click's: no command given
+    assert "Commands:" in stderr
+    assert "schema" in stderr
 
 
 # ----------------------------------------------------------------------------- plan step
