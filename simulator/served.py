@@ -12,6 +12,7 @@ from simulator.records import Recorder
 from simulator.specs.loading import SpecError
 from simulator.specs.scenario import TraceWorkload
 from simulator.states import Status
+from simulator.window import last_token_s
 
 if TYPE_CHECKING:
     from simulator.workload.replay import Replay
@@ -24,12 +25,14 @@ def check_served(
     replay: Replay,
     duration_s: float | None,
     source: str | Path,
+    warmup_s: float = 0.0,
 ) -> None:
     """A run that served nothing answers nothing: no request arrived (an empty trace, every
     record skipped as malformed, every timestamp after ``duration_s``), or vLLM would have
     refused every request for its length. Either is the input's fault: one line, exit 2.
-    So is a closed loop of more users than the trace has sessions: the figures would be of
-    fewer users than the run is labelled with."""
+    So is a closed loop of more users than the trace has sessions (the figures would be of
+    fewer users than the run is labelled with), and a workload that ends inside the warm-up
+    (nothing is measured: every figure would read zero)."""
     open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
     if recorder.requests or open_:
         if replay.idle_users and isinstance(workload, TraceWorkload):
@@ -42,6 +45,15 @@ def check_served(
                 f" {ran:,}",
             )  # fmt: skip
         if open_ or any(r.status is not Status.REJECTED for r in recorder.requests):
+            last = last_token_s(recorder)
+            ended = summary.window_end_reason == "workload_ended"
+            if ended and warmup_s > 0 and (last or 0.0) <= warmup_s:
+                raise SpecError(
+                    source, "warmup_s",
+                    f"the workload ended at {last or 0.0:,.1f} s, inside warmup_s {warmup_s:,g}"
+                    " s: nothing is measured; lower warmup_s or give the workload more requests"
+                    " or sessions",
+                )  # fmt: skip
             return
         first = recorder.requests[0]
         length = "max_model_len" in (first.reject_reason or "")

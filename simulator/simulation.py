@@ -343,7 +343,9 @@ def simulate(
         summary = summarize(
             recorder, scenario.num_gpus, scenario.warmup_s, scenario.duration_s, pools
         )
-    check_served(recorder, summary, workload, replay, scenario.duration_s, source)
+    check_served(
+        recorder, summary, workload, replay, scenario.duration_s, source, scenario.warmup_s
+    )
     wall_s = time.perf_counter() - start
     bad = replay.bad
     return SimResult(

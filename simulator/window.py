@@ -26,16 +26,21 @@ def pct(a: NDArray[np.float64], q: float) -> float | None:
     return float(np.percentile(a, q)) if a.size else None
 
 
+def last_token_s(rec: Recorder) -> float | None:
+    """When the run emitted its last token (None: no token)."""
+    return max(
+        [r.finish_s for r in rec.requests if r.status is Status.FINISHED and r.finish_s is not None]
+        + [r.last_token_s for r in rec.unfinished if r.last_token_s is not None],
+        default=None,
+    )
+
+
 def window_end(
     rec: Recorder, warmup_s: float, end_s: float | None
 ) -> tuple[float, Literal["duration", "workload_ended"]]:
     """Where the measured window ends, and why: ``end_s``, or the last token emitted when no
     end is given or the workload ran out before ``end_s``."""
-    last = max(
-        [r.finish_s for r in rec.requests if r.status is Status.FINISHED and r.finish_s is not None]
-        + [r.last_token_s for r in rec.unfinished if r.last_token_s is not None],
-        default=None,
-    )
+    last = last_token_s(rec)
     if end_s is None or (rec.workload_ended and (last is None or last < end_s)):
         return max(last if last is not None else warmup_s, warmup_s), "workload_ended"
     return max(end_s, warmup_s), "duration"

@@ -114,6 +114,11 @@ CORPUS: list[Row] = [
      "mooncake.jsonl", ["(records)", "no request arrives within duration_s 30 s"]),
     ("run-every-request-beyond-max-model-len", run_(serving={"max_model_len": 200}), "s.yaml",
      ["serving.max_model_len", "every request (4) is refused", "max_model_len"]),
+    ("run-workload-ends-inside-warmup", run_(warmup_s=20.0), "s.yaml",
+     ["warmup_s", "inside warmup_s 20 s: nothing is measured"]),
+    ("run-trace-ends-inside-warmup",
+     lambda t: [*trace_run(records("mooncake.jsonl", [MOONCAKE] * 3))(t), "--set",
+                "warmup_s=25"], "(arguments)", ["warmup_s", "inside warmup_s 25 s"]),
     # ---- a closed loop that can never hold its load
     ("run-fewer-requests-than-users",
      run_(workload={**SCENARIO["workload"], "num_requests": 2, "concurrency": 4}), "s.yaml",
