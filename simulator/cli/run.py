@@ -22,6 +22,10 @@ from simulator.specs import Scenario, SpecError
 from simulator.specs.loading import parse, read_yaml
 from simulator.specs.overrides import apply_overrides, blamed
 
+# below this many requests finished in the window, plan run says its TTFT tail is rough:
+# the P90 of fewer than 20 values is one of its two largest
+FEW_REQUESTS = 20
+
 # what `plan run --out` writes, in either format (a folder written before manifests existed
 # drops these; a rerun drops what the last one wrote, so csv and parquet files never mix)
 TABLES = ("requests", "steps", "transfers", "pins")
@@ -224,6 +228,12 @@ def _run(
         typer.echo(
             f"  note: the workload ended at {s.window_end_s:,.1f} s, before duration_s"
             f" {scenario.duration_s:,.0f} s: the window ends at its last token"
+        )
+    if 0 < s.requests_finished < FEW_REQUESTS:
+        typer.echo(
+            f"  note: only {s.requests_finished:,} request{'s' if s.requests_finished != 1 else ''}"
+            " finished inside the measured window: the TTFT P90 / P99 rest on one or two of"
+            " them (a longer run or more requests read steadier figures)"
         )
     if s.requests_rejected:
         from simulator.states import Status

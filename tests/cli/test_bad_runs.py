@@ -323,3 +323,13 @@ def test_a_run_with_some_requests_refused_says_how_many(tmp_path: Path) -> None:
     note = next(ln for ln in stdout.splitlines() if "were refused" in ln)
     assert f"{refused} of 40 requests ({refused / 40:.0%}) were refused" in note
     assert "exceed max_model_len 300" in note
+
+
+def test_a_run_of_few_requests_says_its_ttft_tail_is_rough(tmp_path: Path) -> None:
+    code, stdout, stderr = plan(*run_()(tmp_path))  # 4 requests
+    assert code == 0, stderr
+    assert "note: only 4 requests finished inside the measured window" in stdout
+    workload = {**SCENARIO["workload"], "num_requests": 40}
+    code, stdout, stderr = plan(*run_(workload=workload)(tmp_path))
+    assert code == 0, stderr
+    assert "requests finished inside the measured window" not in stdout
