@@ -360,6 +360,11 @@ class OutputFolder:
         return self.path / p.name
 
 
+def open_folders() -> list[OutputFolder]:
+    """The folders opened and neither committed nor aborted, oldest first."""
+    return list(_OPEN)
+
+
 def abort_open() -> None:
     """Abort every folder opened and not committed (the CLI calls it when a command ends,
     however it ends: a command need not wrap its work in ``with``)."""

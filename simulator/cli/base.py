@@ -1,5 +1,6 @@
 """Shared pieces of the `plan` CLI: the app, error handling, output helpers."""
 
+import errno
 import functools
 import inspect
 import json
@@ -187,6 +188,21 @@ def first_sentence(text: str | None) -> str | None:
     return head + dot.strip() if dot else paragraph
 
 
+# a full disk or quota, a read-only or too-small file system: the machine's state, not a
+# planner bug (exit 2, one line, like an unwritable --out found before any work)
+WRITE_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def _write_fault(exc: OSError) -> str:
+    """``<where>: (write): <why>``: the file, else the output folder being written."""
+    from simulator.outputs import open_folders
+
+    folders = open_folders()
+    where = exc.filename or (folders[-1].path if folders else "(output)")
+    kept = "; an earlier folder there is left as it was" if folders else ""
+    return f"{where}: (write): {exc.strerror or exc}: the output was not written{kept}"
+
+
 def command(group: typer.Typer, name: str, short_help: str | None = None) -> Callable[[F], F]:
     """Register a command whose bad input ends in one line on stderr and exit code 2 (a
     validation with several errors: one ``error:`` line each). ``short_help`` is its line in
@@ -207,6 +223,8 @@ def command(group: typer.Typer, name: str, short_help: str | None = None) -> Cal
             except Exception as exc:
                 if os.environ.get("PLAN_DEBUG"):
                     raise
+                if isinstance(exc, OSError) and exc.errno in WRITE_FAULTS:
+                    fail(f"error: {_write_fault(exc)}", 2)
                 fail(
                     f"internal error: {type(exc).__name__}: {exc} (PLAN_DEBUG=1 for a traceback)", 1
                 )
