@@ -256,12 +256,9 @@ def _named_by_config() -> Iterator[None]:
     try:
         yield
     except SpecError as exc:
-        errors = [
-            SpecError(e.file, _CONFIG_KEY.get(e.field, f"card {e.field}"), e.reason)
-            for e in exc.errors()
-        ]
-        errors[0].more = tuple(errors[1:])
-        raise errors[0] from None
+        raise exc.remapped(
+            lambda e: SpecError(e.file, _CONFIG_KEY.get(e.field, f"card {e.field}"), e.reason)
+        ) from None
 
 
 def _hf_id(config: Mapping[str, Any], source: str) -> str:

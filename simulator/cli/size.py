@@ -110,12 +110,9 @@ def size(
     try:
         request = parse(SizeRequest, fields, "(arguments)")
     except SpecError as exc:  # named by the option the user gave, not the request's field
-        errors = [
-            SpecError(e.file, _FLAG.get(e.field.partition(".")[0], e.field), e.reason)
-            for e in exc.errors()
-        ]
-        errors[0].more = tuple(errors[1:])
-        raise errors[0] from None
+        raise exc.remapped(
+            lambda e: SpecError(e.file, _FLAG.get(e.field.partition(".")[0], e.field), e.reason)
+        ) from None
     show = not as_json and sys.stderr.isatty()
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

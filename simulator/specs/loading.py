@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,6 +69,13 @@ class SpecError(ValueError):
     def errors(self) -> list[SpecError]:
         """This error and the others found with it, in order."""
         return [self, *self.more]
+
+    def remapped(self, one: Callable[[SpecError], SpecError]) -> SpecError:
+        """This error and those found with it, each passed through ``one`` (to rename its
+        file or field), as one error again: the first, the rest in its ``more``."""
+        errors = [one(e) for e in self.errors()]
+        errors[0].more = tuple(errors[1:])
+        return errors[0]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.file, self.field, self.reason), self.__dict__.copy())

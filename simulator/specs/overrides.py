@@ -134,10 +134,7 @@ def blame(
             return SpecError(source, err.field, err.reason)
         return SpecError(err.file, err.field, f"{err.reason} (with --set {given})")
 
-    errors = [one(e) for e in exc.errors()]
-    first = errors[0]
-    first.more = tuple(errors[1:])
-    return first
+    return exc.remapped(one)
 
 
 @contextmanager
