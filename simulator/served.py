@@ -34,27 +34,17 @@ def check_served(
     fewer users than the run is labelled with), and a workload that ends inside the warm-up
     (nothing is measured: every figure would read zero)."""
     open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
-    if recorder.requests or open_:
-        if replay.idle_users and isinstance(workload, TraceWorkload):
-            users = workload.concurrency or 0
-            ran = users - replay.idle_users
-            raise SpecError(
-                source, "workload.concurrency",
-                f"{users:,} users, but the sessions of {Path(workload.path).name} run out"
-                f" after {ran:,}: at most {ran:,} users would ever run; give concurrency <="
-                f" {ran:,}",
-            )  # fmt: skip
-        if open_ or any(r.status is not Status.REJECTED for r in recorder.requests):
-            last = last_token_s(recorder)
-            ended = summary.window_end_reason == "workload_ended"
-            if ended and warmup_s > 0 and (last or 0.0) <= warmup_s:
-                raise SpecError(
-                    source, "warmup_s",
-                    f"the workload ended at {last or 0.0:,.1f} s, inside warmup_s {warmup_s:,g}"
-                    " s: nothing is measured; lower warmup_s or give the workload more requests"
-                    " or sessions",
-                )  # fmt: skip
-            return
+    if not recorder.requests and not open_:
+        raise _nothing_arrived(workload, replay, duration_s, source)
+    if replay.idle_users and isinstance(workload, TraceWorkload):
+        users = workload.concurrency or 0
+        ran = users - replay.idle_users
+        raise SpecError(
+            source, "workload.concurrency",
+            f"{users:,} users, but the sessions of {Path(workload.path).name} run out after"
+            f" {ran:,}: at most {ran:,} users would ever run; give concurrency <= {ran:,}",
+        )  # fmt: skip
+    if not open_ and all(r.status is Status.REJECTED for r in recorder.requests):
         first = recorder.requests[0]
         length = "max_model_len" in (first.reject_reason or "")
         raise SpecError(
@@ -63,15 +53,26 @@ def check_served(
             f"every request ({len(recorder.requests):,}) is refused, e.g. request"
             f" {first.req_id}: {first.reject_reason}",
         )
-    where: str | Path = source
-    why = "the workload sent no request"
-    if isinstance(workload, TraceWorkload):
-        where = workload.path
-        bad = replay.bad
-        if bad is not None and bad.count:
-            why = f"every record is malformed ({bad.count:,} skipped: {bad.reasons[0]})"
-        elif replay.issued and duration_s is not None:
-            why = f"no request arrives within duration_s {duration_s:g} s (the first comes later)"
-        else:
-            why = "the trace holds no request"
-    raise SpecError(where, "(records)", why)
+    last = last_token_s(recorder) or 0.0
+    if summary.window_end_reason == "workload_ended" and warmup_s > 0 and last <= warmup_s:
+        raise SpecError(
+            source, "warmup_s",
+            f"the workload ended at {last:,.1f} s, inside warmup_s {warmup_s:,g} s: nothing is"
+            " measured; lower warmup_s or give the workload more requests or sessions",
+        )  # fmt: skip
+
+
+def _nothing_arrived(
+    workload: Any, replay: Replay, duration_s: float | None, source: str | Path
+) -> SpecError:
+    """Why no request reached the engine, naming the trace when there is one."""
+    if not isinstance(workload, TraceWorkload):
+        return SpecError(source, "(records)", "the workload sent no request")
+    bad = replay.bad
+    if bad is not None and bad.count:
+        why = f"every record is malformed ({bad.count:,} skipped: {bad.reasons[0]})"
+    elif replay.issued and duration_s is not None:
+        why = f"no request arrives within duration_s {duration_s:g} s (the first comes later)"
+    else:
+        why = "the trace holds no request"
+    return SpecError(workload.path, "(records)", why)
