@@ -37,7 +37,13 @@ from pydantic import (
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.pools import Disaggregation
-from simulator.specs.scenario import SLO, WorkloadSpec, ramp_inside_duration, too_few_for_users
+from simulator.specs.scenario import (
+    SLO,
+    WorkloadSpec,
+    gaps_for_interactivity,
+    ramp_inside_duration,
+    too_few_for_users,
+)
 from simulator.specs.serving import (
     All2AllBackend,
     LatentPlacement,
@@ -187,6 +193,11 @@ class SearchSpace(Spec):
         if short:
             raise ValueError(f"{short} (the largest concurrency searched)")
         return workload
+
+    @field_validator("slo")
+    @classmethod
+    def _gaps_for_interactivity(cls, slo: SLO, info: ValidationInfo) -> SLO:
+        return gaps_for_interactivity(slo, info)
 
     @field_validator("search")
     @classmethod

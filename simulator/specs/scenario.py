@@ -198,6 +198,23 @@ class SLO(Spec):
         return all(checks) if checks else None
 
 
+def gaps_for_interactivity(slo: SLO, info: ValidationInfo) -> SLO:
+    """An ``slo`` validator: an interactivity target needs inter-token gaps, and random
+    prompts of one output token have none (every such run would read "SLO missed")."""
+    workload = info.data.get("workload")
+    if (
+        slo.interactivity_tok_per_s_p90 is not None
+        and isinstance(workload, RandomPromptWorkload)
+        and workload.output_tokens <= 1
+    ):
+        raise ValueError(
+            "interactivity_tok_per_s_p90: every request outputs one token"
+            " (workload.output_tokens 1), so there is no inter-token gap to measure; give"
+            " ttft_s_p90 instead, or more output tokens"
+        )
+    return slo
+
+
 class Scenario(Spec):
     name: str = Field(min_length=1)
     model: str  # a model card name or a path to a card YAML
@@ -260,6 +277,11 @@ class Scenario(Spec):
     @classmethod
     def _known_cost_model(cls, name: str) -> str:
         return known_cost_model(name)
+
+    @field_validator("slo")
+    @classmethod
+    def _gaps_for_interactivity(cls, slo: SLO, info: ValidationInfo) -> SLO:
+        return gaps_for_interactivity(slo, info)
 
     @field_validator("duration_s")
     @classmethod

@@ -119,6 +119,13 @@ CORPUS: list[Row] = [
     ("run-trace-ends-inside-warmup",
      lambda t: [*trace_run(records("mooncake.jsonl", [MOONCAKE] * 3))(t), "--set",
                 "warmup_s=25"], "(arguments)", ["warmup_s", "inside warmup_s 25 s"]),
+    ("run-interactivity-slo-on-one-token",
+     run_(workload={**SCENARIO["workload"], "output_tokens": 1},
+          slo={"interactivity_tok_per_s_p90": 20.0}), "s.yaml",
+     ["slo", "every request outputs one token", "no inter-token gap"]),
+    ("search-interactivity-slo-on-one-token",
+     search_(workload={**SPACE["workload"], "output_tokens": 1}), "space.yaml",
+     ["slo", "every request outputs one token"]),
     # ---- a closed loop that can never hold its load
     ("run-fewer-requests-than-users",
      run_(workload={**SCENARIO["workload"], "num_requests": 2, "concurrency": 4}), "s.yaml",
