@@ -1,6 +1,7 @@
 """Search throughput: a 200-run search with the local process pool and with a local Ray.
 
-Llama-3.3-70B, random 1k/128 prompts (InferenceX style, 64 requests per run), 5 devices x
+Llama-3.3-70B, random 1k/128 prompts (InferenceX style, 96 requests per run: as many as the
+largest load's users, which a space now needs; it was 64 until 2026-12-07), 5 devices x
 TP {4, 8} x DCP {1, 2} x 10 concurrency levels (2-96) = 200 runs. Fresh caches each time.
 (Llama's 8 KV heads leave no room for DCP 2 at TP <= 8: those 10 are pruned, 100 runs remain.)
 ``--wide``: 216 configurations instead, none pruned (9 devices x TP {2, 4, 8} x
@@ -40,7 +41,7 @@ SPACE = {
         "kind": "random",
         "input_tokens": 1024,
         "output_tokens": 128,
-        "num_requests": 64,
+        "num_requests": 96,  # >= the largest concurrency: every level holds its users
         "concurrency": 1,
     },
     "slo": {"interactivity_tok_per_s_p90": 30.0},
