@@ -138,6 +138,7 @@ def search(
             lambda done, submitted: bar.update(task, completed=done, total=submitted),
             executor,  # type: ignore[arg-type]
             address,
+            str(space_file),
         ) as batch:
             found = run_search(space, candidates, batch)
     runs = found.runs

@@ -133,12 +133,15 @@ def cached_batches(
     progress: Callable[[int, int], None] | None = None,
     executor: Executor = "local",
     address: str | None = None,
+    source: str = "(search)",
 ) -> Iterator[Batch]:
     """The ``run_batch`` of :func:`run_search`, for the ``with`` block: each batch through
     ``run_all`` (its runs cached in ``cache``), every local batch on one worker pool that
     lives as long as the block (a max-load search's rounds reuse its warm workers);
-    ``progress(done, submitted)`` counts the simulations of every batch so far."""
+    ``progress(done, submitted)`` counts the simulations of every batch so far. An input
+    error met inside a run names ``source`` (the space file) and the run, not the run alone."""
     from simulator.planner.executor import KeptPool, run_all
+    from simulator.specs.loading import SpecError
 
     done = 0
 
@@ -152,7 +155,19 @@ def cached_batches(
             def step(finished: int, _total: int) -> None:
                 progress(start + finished, submitted)
 
-        got = run_all(scenarios, cache, workers, step, executor, address, kept)
+        try:
+            got = run_all(scenarios, cache, workers, step, executor, address, kept)
+        except SpecError as exc:
+            names = {s.name for s in scenarios}
+
+            def named(e: SpecError) -> SpecError:
+                if e.file not in names:
+                    return e  # a trace's own line, say
+                # a space's loads are its concurrency list, not its workload template's
+                field = "concurrency" if e.field == "workload.concurrency" else e.field
+                return SpecError(source, field, f"{e.reason} (in run {e.file})")
+
+            raise exc.remapped(named) from None
         done = submitted
         return got
 
@@ -179,7 +194,7 @@ def search_space(
     with folder if folder is not None else contextlib.nullcontext() as stage:
         space, candidates, pruned = prepare(space, source, base)
         cache = folder.target / "cache" if folder is not None else plan_home() / "cache"
-        with cached_batches(cache, workers, progress) as batch:
+        with cached_batches(cache, workers, progress, source=source) as batch:
             found = run_search(space, candidates, batch)
         found.space = space
         if stage is not None:

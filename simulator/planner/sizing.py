@@ -289,7 +289,7 @@ def run_size(
     with folder if folder is not None else contextlib.nullcontext() as stage:
         default = folder.target / "cache" if folder is not None else plan_home() / "cache"
         cache = cache_dir or default
-        with cached_batches(cache, workers, counted) as batch:
+        with cached_batches(cache, workers, counted, source="(arguments)") as batch:
             result = answer(request, space, candidates, pruned, batch)
         if stage is not None:
             write_size_report(stage, result)

@@ -164,6 +164,11 @@ CORPUS: list[Row] = [
     ("search-set-concurrency-above-requests",
      search_args("--set", "concurrency=[1, 8]"), "space.yaml",
      ["num_requests 4 is below concurrency 8", "(with --set concurrency=[1, 8])"]),
+    ("search-more-users-than-trace-sessions",
+     lambda t: search_(concurrency=[1, 5], search="grid", workload={
+         "kind": "trace", "path": records("mooncake.jsonl", [MOONCAKE] * 3)(t),
+         "concurrency": 1})(t), "space.yaml",
+     ["space.yaml: concurrency: 5 users", "run out after 3", "(in run h100-"]),
     ("search-device-twice", search_(devices=["h100", "h200", "h100"]), "space.yaml",
      ["devices", "h100 is listed twice"]),
     ("search-concurrency-twice", search_(concurrency=[1, 2, 2]), "space.yaml",
