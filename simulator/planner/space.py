@@ -188,7 +188,14 @@ class SearchSpace(Spec):
                     f"{rate}: a search runs each point as a closed loop of `concurrency` users;"
                     f" drop {rate} (and size the fleet with demand_requests_per_s)"
                 )
-        users = max(info.data.get("concurrency") or [1])
+        levels = info.data.get("concurrency") or [1]
+        template = getattr(workload, "concurrency", None)
+        if template not in (None, 1, *levels):
+            raise ValueError(
+                f"concurrency {template} is replaced by each searched level ({levels}): the"
+                " template's concurrency is not used; write 1, or add it to concurrency"
+            )
+        users = max(levels)
         short = too_few_for_users(workload, users)
         if short:
             raise ValueError(f"{short} (the largest concurrency searched)")
