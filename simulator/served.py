@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.metrics import Summary
 from simulator.records import Recorder
 from simulator.specs.loading import SpecError
-from simulator.specs.scenario import TraceWorkload
+from simulator.specs.scenario import SLO, TraceWorkload
 from simulator.states import Status
 from simulator.window import last_token_s
 
@@ -76,3 +76,20 @@ def _nothing_arrived(
     else:
         why = "the trace holds no request"
     return SpecError(workload.path, "(records)", why)
+
+
+def check_measurable(summary: Summary, slo: SLO, source: str | Path) -> None:
+    """An interactivity target on a run whose finished requests output one token each: there
+    is no inter-token gap to measure, so "SLO met: no" would be a verdict on nothing (random
+    prompts of one token are refused by the spec; a trace is known only once replayed)."""
+    if (
+        slo.interactivity_tok_per_s_p90 is not None
+        and summary.interactivity_tok_per_s_p90 is None
+        and summary.requests_finished > 0
+    ):
+        raise SpecError(
+            source, "slo.interactivity_tok_per_s_p90",
+            f"none of the {summary.requests_finished:,} requests finished in the window output"
+            " more than one token: there is no inter-token gap to measure; give"
+            " slo.ttft_s_p90 instead",
+        )  # fmt: skip

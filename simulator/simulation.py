@@ -25,7 +25,7 @@ from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.records import Pools, Recorder
 from simulator.replica import ReplicaParts
 from simulator.scheduler import Scheduler, lazy_output_ids
-from simulator.served import check_served
+from simulator.served import check_measurable, check_served
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.scenario import Scenario, TraceWorkload
@@ -346,6 +346,7 @@ def simulate(
     check_served(
         recorder, summary, workload, replay, scenario.duration_s, source, scenario.warmup_s
     )
+    check_measurable(summary, scenario.slo, source)
     wall_s = time.perf_counter() - start
     bad = replay.bad
     return SimResult(
