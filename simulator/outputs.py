@@ -22,9 +22,8 @@ An :class:`OutputFolder` (``plan run --out``, ``plan search --out``, ``plan vali
    cache entries of the killed run, which the next run reuses). A second command on a folder
    whose marker names a live process is refused.
 
-:func:`check_output_file` / :func:`write_file` do the same for one file (``plan fit --out``,
-``plan ops predict --out``, ``plan models import --out``, ``--markdown``): checked before
-the work, written to a temporary file beside it and renamed over it.
+:func:`simulator.output_files.check_output_file` / ``write_file`` do the same for one file
+(``plan fit --out``, ``plan ops predict --out``, ``plan models import --out``, ``--markdown``).
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from simulator.specs.loading import SpecError, os_reason
+from simulator.output_files import check_parents, reason_text, write_whole
+from simulator.specs.loading import SpecError
 
 MARKER = "IN_PROGRESS"
 MANIFEST = ".plan-output.json"
@@ -54,28 +54,6 @@ _OPEN: list[OutputFolder] = []  # opened and neither committed nor aborted (abor
 
 
 # ------------------------------------------------------------------------------ output folders
-
-
-def _reason(exc: OSError) -> str:
-    return os_reason(exc).lower()
-
-
-def _nearest_existing(p: Path) -> Path:
-    q = p
-    while not os.path.lexists(q) and q.parent != q:
-        q = q.parent
-    return q
-
-
-def _check_parents(path: Path, option: str) -> None:
-    """Every existing ancestor of ``path`` is a folder (``out.txt/sub`` is refused)."""
-    q = _nearest_existing(path.parent) if not os.path.lexists(path) else path.parent
-    try:
-        st = os.stat(q)
-    except OSError as exc:
-        raise SpecError(path, option, f"cannot reach {q}: {_reason(exc)}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise SpecError(path, option, f"{q} is a file, not a folder")
 
 
 def check_output_dir(path: str | Path, option: str = "--out") -> Path:
@@ -87,13 +65,13 @@ def check_output_dir(path: str | Path, option: str = "--out") -> Path:
     except FileNotFoundError:
         if os.path.islink(p):
             raise SpecError(p, option, "dangling symlink") from None
-        _check_parents(p, option)
+        check_parents(p, option)
         return Path(os.path.realpath(p))
     except NotADirectoryError:
-        _check_parents(p, option)
+        check_parents(p, option)
         raise SpecError(p, option, "a parent is a file, not a folder") from None
     except OSError as exc:
-        raise SpecError(p, option, _reason(exc)) from None
+        raise SpecError(p, option, reason_text(exc)) from None
     if not stat.S_ISDIR(st.st_mode):
         raise SpecError(p, option, "exists and is not a folder: give a folder path")
     real = Path(os.path.realpath(p))
@@ -140,12 +118,6 @@ def marker_is_live(marker: dict[str, Any]) -> bool:
     if marker.get("host") != socket.gethostname():
         return True
     return pid != os.getpid() and pid_alive(pid)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _libc_exchange() -> Any:
@@ -206,7 +178,9 @@ class OutputFolder:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SpecError(p, self.option, f"cannot create its parent: {_reason(exc)}") from None
+            raise SpecError(
+                p, self.option, f"cannot create its parent: {reason_text(exc)}"
+            ) from None
         if target.is_dir():
             marker = read_marker(target)
             if marker and marker_is_live(marker):
@@ -224,7 +198,7 @@ class OutputFolder:
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise SpecError(p, self.option, f"cannot create: {_reason(exc)}") from None
+                raise SpecError(p, self.option, f"cannot create: {reason_text(exc)}") from None
         self._sweep_leftovers()
         try:
             self.stage = Path(
@@ -236,11 +210,11 @@ class OutputFolder:
                 {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
                  "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")},
             )  # fmt: skip
-            _write_whole(target / MARKER, marker_text + "\n")
+            write_whole(target / MARKER, marker_text + "\n")
             self._marked = True
         except OSError as exc:
             self.abort()
-            raise SpecError(p, self.option, f"cannot write into it: {_reason(exc)}") from None
+            raise SpecError(p, self.option, f"cannot write into it: {reason_text(exc)}") from None
         _OPEN.append(self)
         return self.stage
 
@@ -275,7 +249,7 @@ class OutputFolder:
         stage, target = self.stage, self.target
         try:
             files = sorted(p.name for p in stage.iterdir())
-            _write_whole(
+            write_whole(
                 stage / MANIFEST,
                 json.dumps({"command": self.command, "files": files}, indent=1) + "\n",
             )
@@ -296,7 +270,7 @@ class OutputFolder:
         except OSError as exc:
             self.abort()
             raise SpecError(
-                self.path, self.option, f"cannot replace the folder: {_reason(exc)}"
+                self.path, self.option, f"cannot replace the folder: {reason_text(exc)}"
             ) from None
         shutil.rmtree(old, ignore_errors=True)
         self.stage = None
@@ -370,78 +344,3 @@ def abort_open() -> None:
     however it ends: a command need not wrap its work in ``with``)."""
     for folder in list(_OPEN):
         folder.abort()
-
-
-# ------------------------------------------------------------------------------ output files
-
-
-def finite(data: Any) -> Any:
-    """NaN -> None, recursively (JSON has no NaN)."""
-    if isinstance(data, dict):
-        return {k: finite(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [finite(v) for v in data]
-    if isinstance(data, float) and data != data:
-        return None
-    return data
-
-
-def check_output_file(path: str | Path, option: str = "--out") -> Path:
-    """Before the work: ``path`` can be written as a file (not a folder, its parent a folder
-    that exists or can be created and is writable). Creates the parent."""
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        if os.path.islink(p):
-            raise SpecError(p, option, "dangling symlink") from None
-        st = None
-    except NotADirectoryError:
-        _check_parents(p, option)
-        raise SpecError(p, option, "a parent is a file, not a folder") from None
-    except OSError as exc:
-        raise SpecError(p, option, _reason(exc)) from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise SpecError(p, option, "is a folder: give a file path")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise SpecError(p, option, "exists and is not a regular file")
-    _check_parents(p, option)
-    parent = Path(os.path.realpath(p)).parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise SpecError(p, option, f"cannot write there: {_reason(exc)}") from None
-    return p
-
-
-def _write_whole(path: Path, data: str | bytes) -> None:
-    """``path`` replaced whole by ``data`` (mode: the old file's, or the umask's)."""
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_file(path: str | Path, data: str | bytes, option: str = "--out") -> Path:
-    """Write ``data`` to ``path`` whole: a temporary file beside it, renamed over it."""
-    p = Path(path)
-    target = Path(os.path.realpath(p))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_whole(target, data)
-    except OSError as exc:
-        raise SpecError(p, option, f"cannot write: {_reason(exc)}") from None
-    return p

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, console, make_typer, print_json
-from simulator.outputs import check_output_file, write_file
+from simulator.output_files import check_output_file, write_file
 from simulator.specs import HardwareProfile, SpecError
 from simulator.specs.loading import check_dir, check_text_file
 from simulator.userdata import user_device_dir

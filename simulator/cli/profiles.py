@@ -180,7 +180,7 @@ def models_import(
 ) -> None:
     """Build a model card from a Hugging Face config.json (Kimi, DeepSeek, Qwen3.5, Llama, ...)."""
     from simulator.model_import import card_to_yaml, import_hf_config, load_hf_config
-    from simulator.outputs import check_output_file, write_file
+    from simulator.output_files import check_output_file, write_file
 
     if output is not None:
         check_output_file(output, "--out")

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from simulator.cli.base import JsonOpt, check_workers, command, console, print_json
 from simulator.cli.ops import validate_app
-from simulator.outputs import OutputFolder, check_output_file, finite, write_file
+from simulator.output_files import check_output_file, finite, write_file
+from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
 from simulator.specs.loading import check_text_file
 

@@ -14,7 +14,7 @@ from simulator.cli.base import (
     print_json,
     print_pairs,
 )
-from simulator.outputs import finite
+from simulator.output_files import finite
 from simulator.specs import SpecError
 
 # ------------------------------------------------------------------------------------ workload

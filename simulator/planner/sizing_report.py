@@ -81,7 +81,7 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
 
 def as_json(result: SizeResult) -> dict[str, Any]:
     """The answer as ``plan size --json`` prints it and size.json holds it."""
-    from simulator.outputs import finite
+    from simulator.output_files import finite
     from simulator.planner.uncertainty import stated_error
 
     data: dict[str, Any] = finite(

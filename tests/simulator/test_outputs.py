@@ -15,13 +15,8 @@ from typing import Any
 import pytest
 
 from simulator import outputs
-from simulator.outputs import (
-    MANIFEST,
-    MARKER,
-    OutputFolder,
-    check_output_file,
-    write_file,
-)
+from simulator.output_files import check_output_file, write_file
+from simulator.outputs import MANIFEST, MARKER, OutputFolder
 from simulator.specs.loading import (
     SpecError,
     check_file,
