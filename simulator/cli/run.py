@@ -171,6 +171,7 @@ def _run(
         return "-" if x is None else format(x, spec)
 
     s = summary
+    w = 1 if s.window_end_s < 100 else 0  # a short run's window in tenths of a second
     rows = [
         ("throughput per GPU (total tokens/s)", fmt(s.throughput_tok_per_s_per_gpu, ",.1f")),
         ("output tokens/s per GPU", fmt(s.output_tok_per_s_per_gpu, ",.1f")),
@@ -198,7 +199,7 @@ def _run(
         ("engine steps (mean step ms)",
          f"{s.steps:,} ({fmt(s.mean_step_s and s.mean_step_s * 1e3, ',.1f')})"),
         ("measured window (simulated)",
-         f"{s.window_s:,.0f} s ({s.window_start_s:,.0f} to {s.window_end_s:,.0f} s)"),
+         f"{s.window_s:,.{w}f} s ({s.window_start_s:,.{w}f} to {s.window_end_s:,.{w}f} s)"),
         ("tokens per USD", fmt(price, ",.0f") + f" ({scenario.cost_model})"),
         ("SLO met", {True: "yes", False: "no", None: "no SLO given"}[slo_met(scenario, s)]),
         ("wall time", f"{result.wall_s:,.1f} s"),
