@@ -106,6 +106,10 @@ def step(
     for flag, value in (("decode", decode), ("context", context), ("top", top)):
         if value < 0:
             raise SpecError("(arguments)", flag, f"must not be negative, got {value}")
+    if decode and context < 1:
+        raise SpecError(
+            "(arguments)", "context", "a decoding request holds at least its prompt: give >= 1"
+        )
     chunks = [_parse_prefill(p) for p in prefill or []]
     if decode == 0 and not chunks:
         raise SpecError(

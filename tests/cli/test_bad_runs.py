@@ -197,6 +197,9 @@ CORPUS: list[Row] = [
      ["prefill", "exceed max_model_len"]),
     ("step-chunk-beyond-budget", lambda t: [*STEP, "--prefill", "4x8192"], "(arguments)",
      ["prefill", "4 x 8,192 tokens exceed max_num_batched_tokens"]),
+    ("step-decode-at-context-zero",
+     lambda t: [*STEP, "--decode", "1", "--context", "0"], "(arguments)",
+     ["context", "at least its prompt"]),
     ("step-top-negative", lambda t: [*STEP, "--decode", "1", "--top", "-1"], "(arguments)",
      ["top", "must not be negative"]),
     # ---- plan ops predict / plan fit: shapes a collective or a fit cannot have
