@@ -55,21 +55,27 @@ def finite(data: Any) -> Any:
     return data
 
 
-def check_output_file(path: str | Path, option: str = "--out") -> Path:
-    """Before the work: ``path`` can be written as a file (not a folder, its parent a folder
-    that exists or can be created and is writable). Creates the parent."""
-    p = Path(path)
+def stat_output(p: Path, option: str) -> os.stat_result | None:
+    """``os.stat`` of an output path, None where nothing is there yet; a dangling symlink, a
+    parent that is a file or an unreadable path is a SpecError."""
     try:
-        st = os.stat(p)
+        return os.stat(p)
     except FileNotFoundError:
         if os.path.islink(p):
             raise SpecError(p, option, "dangling symlink") from None
-        st = None
+        return None
     except NotADirectoryError:
         check_parents(p, option)
         raise SpecError(p, option, "a parent is a file, not a folder") from None
     except OSError as exc:
         raise SpecError(p, option, reason_text(exc)) from None
+
+
+def check_output_file(path: str | Path, option: str = "--out") -> Path:
+    """Before the work: ``path`` can be written as a file (not a folder, its parent a folder
+    that exists or can be created and is writable). Creates the parent."""
+    p = Path(path)
+    st = stat_output(p, option)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise SpecError(p, option, "is a folder: give a file path")
     if st is not None and not stat.S_ISREG(st.st_mode):

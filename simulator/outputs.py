@@ -44,7 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from simulator.output_files import check_parents, reason_text, write_whole
+from simulator.output_files import check_parents, reason_text, stat_output, write_whole
 from simulator.specs.loading import SpecError
 
 MARKER = "IN_PROGRESS"
@@ -60,18 +60,10 @@ def check_output_dir(path: str | Path, option: str = "--out") -> Path:
     """Refuse an output folder that cannot be one (an existing file, a parent that is a
     file, a symlink loop); the resolved path. :meth:`OutputFolder.open` also creates it."""
     p = Path(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        if os.path.islink(p):
-            raise SpecError(p, option, "dangling symlink") from None
+    st = stat_output(p, option)
+    if st is None:
         check_parents(p, option)
         return Path(os.path.realpath(p))
-    except NotADirectoryError:
-        check_parents(p, option)
-        raise SpecError(p, option, "a parent is a file, not a folder") from None
-    except OSError as exc:
-        raise SpecError(p, option, reason_text(exc)) from None
     if not stat.S_ISDIR(st.st_mode):
         raise SpecError(p, option, "exists and is not a folder: give a folder path")
     real = Path(os.path.realpath(p))
