@@ -15,6 +15,7 @@ from simulator.cli.ops import validate_app
 from simulator.output_files import check_output_file, finite, write_file
 from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
+from simulator.specs.limits import check_seed
 from simulator.specs.loading import check_text_file
 
 NoCacheOpt = Annotated[
@@ -144,6 +145,7 @@ def validate_inferencemax(
 
     path = data if data is not None else v.DEFAULT_DATA
     check_workers(workers)
+    check_seed(seed)
     # outputs checked before any work (the folder marked in progress, written whole)
     folder = None if out is None else OutputFolder(out, "plan validate inferencemax", POINTS)
     stage = folder.open() if folder is not None else None
@@ -234,6 +236,7 @@ def validate_silicon(
     from simulator.validation.silicon_document import HEADER, render_markdown, rows
 
     check_workers(workers)
+    check_seed(seed)
     if replicates < 1:
         raise SpecError("(arguments)", "replicates", f"must be >= 1, got {replicates}")
     # outputs checked before any work (the folder marked in progress, written whole)

@@ -222,6 +222,11 @@ CORPUS: list[Row] = [
     ("validate-inferencemax-workers-beyond-cpus",
      inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--workers", "100000"),
      "(arguments)", ["workers", "per CPU"]),
+    ("validate-inferencemax-seed-negative",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--seed", "-1"), "(arguments)",
+     ["seed", "must be >= 0"]),
+    ("validate-silicon-seed-negative", lambda t: ["validate", "silicon", "--seed", "-1"],
+     "(arguments)", ["seed", "must be >= 0"]),
     # ---- plan models import
     ("models-zero-heads", hf_config(num_attention_heads=0), "config.json",
      ["num_attention_heads", "at least 1, got 0"]),
