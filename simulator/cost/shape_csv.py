@@ -8,6 +8,7 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
+import io
 import lzma
 from collections.abc import Callable
 from pathlib import Path
@@ -44,8 +45,10 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
     p = Path(path)
     try:
-        _check_row_lengths(p)
-        df = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)
+        with _open_text(p) as fh:  # read once: the row check and pandas parse the same text
+            text = fh.read()
+        _check_row_lengths(p, text)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
     except FileNotFoundError:
         raise SpecError(p, "(file)", "no such file") from None
     except pd.errors.EmptyDataError:
@@ -69,21 +72,20 @@ def _open_text(p: Path) -> IO[str]:
     return p.open(newline="", encoding="utf-8")
 
 
-def _check_row_lengths(p: Path) -> None:
-    """The header names each column once, and no row has more cells than it: pandas would
-    rename a repeated ``k`` to ``k.1`` and read a longer row's first cell as a row label,
-    shifting every cell one column (``op`` would read the dtype)."""
-    with _open_text(p) as fh:
-        rows = csv.reader(fh, skipinitialspace=True)
-        header = [c.strip() for c in next(rows, [])]
-        repeated = sorted({c for c in header if header.count(c) > 1})
-        if repeated:
-            raise SpecError(p, f"column {repeated[0]}", "appears more than once in the header")
-        for k, row in enumerate(rows):
-            if len(row) > len(header):
-                raise SpecError(
-                    p, f"row {k + 1}", f"{len(row)} cells where the header has {len(header)}"
-                )
+def _check_row_lengths(p: Path, text: str) -> None:
+    """The header of ``p`` (read as ``text``) names each column once, and no row has more
+    cells than it: pandas would rename a repeated ``k`` to ``k.1`` and read a longer row's
+    first cell as a row label, shifting every cell one column (``op`` would read the dtype)."""
+    rows = csv.reader(io.StringIO(text, newline=""), skipinitialspace=True)
+    header = [c.strip() for c in next(rows, [])]
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise SpecError(p, f"column {repeated[0]}", "appears more than once in the header")
+    for k, row in enumerate(rows):
+        if len(row) > len(header):
+            raise SpecError(
+                p, f"row {k + 1}", f"{len(row)} cells where the header has {len(header)}"
+            )
 
 
 def cell(row: int, column: str) -> str:
