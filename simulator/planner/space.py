@@ -212,7 +212,7 @@ class SearchSpace(Spec):
         """The max-load search brackets the most users that meet the SLO: without a target
         every load would pass and the answer would be the largest concurrency listed."""
         slo = info.data.get("slo")
-        if search == "max_load" and slo is not None and slo.met(None, None) is None:
+        if search == "max_load" and slo is not None and not slo.has_target:
             raise ValueError(
                 "max_load looks for the most users meeting the SLO, and slo gives no target:"
                 " give slo.interactivity_tok_per_s_p90 and/or slo.ttft_s_p90, or search: grid"

@@ -184,6 +184,11 @@ class SLO(Spec):
     interactivity_tok_per_s_p90: PositiveFloat | None = None  # 1 / P90 ITL
     ttft_s_p90: PositiveFloat | None = None
 
+    @property
+    def has_target(self) -> bool:
+        """Whether any target is given (else :meth:`met` answers None)."""
+        return self.interactivity_tok_per_s_p90 is not None or self.ttft_s_p90 is not None
+
     def met(self, interactivity_p90: float | None, ttft_s_p90: float | None) -> bool | None:
         """Whether a run's P90s meet every target given; None when no target is given (a
         run without a measured P90 misses the target)."""
