@@ -14,6 +14,7 @@ from dashboard import controls, runs
 from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
+from simulator.planner.run_count import seeds_text
 from simulator.planner.sizing import WORKLOADS, SizeRequest, SizeResult
 from simulator.specs import SpecError
 from simulator.specs.loading import parse
@@ -185,7 +186,7 @@ def show(request: SizeRequest, result: SizeResult, key: str) -> None:
         st.subheader("Not served")
         st.markdown("\n".join(f"- {line}" for line in result.not_served))
     st.caption(
-        f"{result.simulations:,} simulations, {result.space.seeds} seeds per load."
+        f"{result.simulations:,} simulations ({seeds_text(result.space)})."
         f" {controls.caveat(list(result.space.devices))}"
     )
     st.caption("The same from the command line:")

@@ -76,7 +76,7 @@ def search(
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from simulator.planner.run_count import check_run_count, count_runs
+    from simulator.planner.run_count import check_run_count, count_runs, seeds_text
     from simulator.planner.search import (
         SEARCH_FILES,
         cached_batches,
@@ -167,11 +167,7 @@ def search(
         )
         return
     print_answer(space, best, runs, pruned)
-    typer.echo(
-        f"{found.simulations} simulations ({space.search.replace('_', '-')}, {space.seeds}"
-        f" seed{'s' if space.seeds > 1 else ''} per point)",
-        err=True,
-    )
+    typer.echo(f"{found.simulations} simulations ({seeds_text(space)})", err=True)
     typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
 
 

@@ -90,6 +90,11 @@ def _context() -> BaseContext | None:
     return mp.get_context("spawn") if threading.active_count() > 1 else None
 
 
+# more runs to make once a run's result is in (a max-load probe's other seeds, once its
+# first seed meets the SLO): called with each scenario and its result, cached or fresh
+Follow = Callable[[Scenario, dict[str, Any]], list[Scenario]]
+
+
 def run_all(
     scenarios: list[Scenario],
     cache_dir: Path,
@@ -98,42 +103,67 @@ def run_all(
     executor: Executor = "local",
     address: str | None = None,
     kept: KeptPool | None = None,
+    follow: Follow | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Results by scenario name; cached runs are read, the rest run ``workers`` at a time
-    (local: on ``kept``'s pool when given, else on a pool of their own) or as Ray tasks."""
+    (local: on ``kept``'s pool when given, else on a pool of their own) or as Ray tasks.
+    ``follow`` adds runs as results come in; which runs it adds depends on the results
+    only, never on the order they finish in. ``progress(done, total)`` counts every run
+    known so far (``total`` grows with what ``follow`` adds)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
-    todo: list[tuple[Scenario, Path]] = []
-    for sc in scenarios:
-        path = cache_dir / f"{scenario_hash(sc)}.json"
-        cached = read_cached(path)
-        if cached is not None:
-            results[sc.name] = cached
-        else:
-            todo.append((sc, path))
-    done = len(results)
-    if progress is not None:
-        progress(done, len(scenarios))
-    if not todo:
-        return results
+    known = 0
 
-    def store(sc: Scenario, path: Path, out: dict[str, Any]) -> None:
-        nonlocal done
+    def take(batch: list[Scenario]) -> list[tuple[Scenario, Path]]:
+        """``batch``'s runs to make: the cached ones are answered here, and what ``follow``
+        adds for them taken in turn."""
+        nonlocal known
+        todo, waiting = [], list(batch)
+        while waiting:
+            sc = waiting.pop(0)
+            known += 1
+            path = cache_dir / f"{scenario_hash(sc)}.json"
+            cached = read_cached(path)
+            if cached is None:
+                todo.append((sc, path))
+                continue
+            results[sc.name] = cached
+            if follow is not None:
+                waiting.extend(follow(sc, cached))
+        return todo
+
+    def store(sc: Scenario, path: Path, out: dict[str, Any]) -> list[tuple[Scenario, Path]]:
         write_whole(path, out)
         results[sc.name] = out
-        done += 1
+        more = take(follow(sc, out)) if follow is not None else []
         if progress is not None:
-            progress(done, len(scenarios))
+            progress(len(results), known)
+        return more
 
+    todo = take(scenarios)
+    if progress is not None:
+        progress(len(results), known)
+    if not todo:
+        return results
     if executor == "ray":
         _run_ray(todo, store, workers, address)
         return results
     pool = kept.get() if kept is not None else worker_pool(workers, _context())
     try:
-        futures = {pool.submit(run_scenario, sc.model_dump_json()): (sc, path) for sc, path in todo}
-        for future in completed(futures):
-            sc, path = futures[future]
-            store(sc, path, future.result())
+        running: dict[Future[dict[str, Any]], tuple[Scenario, Path]] = {}
+        finished = Completions()
+
+        def submit(items: list[tuple[Scenario, Path]]) -> None:
+            for sc, path in items:
+                future = pool.submit(run_scenario, sc.model_dump_json())
+                running[future] = (sc, path)
+                finished.add(future)
+
+        submit(todo)
+        while finished.pending:
+            future = finished.next()
+            sc, path = running.pop(future)
+            submit(store(sc, path, future.result()))
     except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
         stop_pool(pool, exc)
         if kept is not None:
@@ -199,25 +229,39 @@ F = TypeVar("F", bound=Future[Any])
 POLL_S = 0.25
 
 
-def completed(futures: Iterable[F]) -> Iterator[F]:
-    """``as_completed`` that a Ctrl-C always interrupts: each future once, as it finishes
-    (those already finished first, in submission order). A terminal's SIGINT can land on one
-    of the executor's threads instead of the main one; a main thread blocked in a lock
-    without a timeout then never runs the handler (``as_completed`` hangs so:
+class Completions:
+    """Futures as they finish, each once (those already finished when added first, in the
+    order added); more can be added while waiting. A terminal's SIGINT can land on one of
+    the executor's threads instead of the main one; a main thread blocked in a lock without
+    a timeout then never runs the handler (``as_completed`` hangs so:
     tests/simulator/test_processes.py). Waiting in slices of ``POLL_S`` lets it run."""
-    done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
-    n = 0
-    for f in futures:
-        f.add_done_callback(done.put)  # at once if already finished
-        n += 1
-    for _ in range(n):
+
+    def __init__(self) -> None:
+        self._done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
+        self.pending = 0
+
+    def add(self, future: Future[Any]) -> None:
+        self.pending += 1
+        future.add_done_callback(self._done.put)  # at once if already finished
+
+    def next(self) -> Future[Any]:
         while True:
             try:
-                item = done.get(timeout=POLL_S)
+                item = self._done.get(timeout=POLL_S)
                 break
             except queue.Empty:
                 pass  # woke to let a pending signal handler run
-        yield cast(F, item)  # one of ``futures``, handed back by its callback
+        self.pending -= 1
+        return item
+
+
+def completed(futures: Iterable[F]) -> Iterator[F]:
+    """``as_completed`` that a Ctrl-C always interrupts (:class:`Completions`)."""
+    done = Completions()
+    for f in futures:
+        done.add(f)
+    while done.pending:
+        yield cast(F, done.next())  # one of ``futures``, handed back by its callback
 
 
 def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:
@@ -246,7 +290,7 @@ def stop_pool(pool: ProcessPoolExecutor, exc: BaseException) -> None:
 
 def _run_ray(
     todo: list[tuple[Scenario, Path]],
-    store: Callable[[Scenario, Path, dict[str, Any]], None],
+    store: Callable[[Scenario, Path, dict[str, Any]], list[tuple[Scenario, Path]]],
     workers: int,
     address: str | None,
 ) -> None:
@@ -264,12 +308,18 @@ def _run_ray(
             ray.init(address=address, log_to_driver=False)
     try:
         remote = ray.remote(run_scenario)
-        pending = {remote.remote(sc.model_dump_json()): (sc, path) for sc, path in todo}
+        pending: dict[Any, tuple[Scenario, Path]] = {}
+
+        def submit(items: list[tuple[Scenario, Path]]) -> None:
+            for sc, path in items:
+                pending[remote.remote(sc.model_dump_json())] = (sc, path)
+
+        submit(todo)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 sc, path = pending.pop(ref)
-                store(sc, path, ray.get(ref))
+                submit(store(sc, path, ray.get(ref)))
     finally:
         if started:
             ray.shutdown()

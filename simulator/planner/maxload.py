@@ -9,10 +9,13 @@ space's bounds ``[min_users, max_users]``:
 3. bisect between the last passing and the first failing load until they are adjacent, or
    the gap is below ``tolerance`` of the passing load.
 
-A probe runs the scenario under every seed and passes only if the SLO holds on every seed
-and no seed saturates (``replicates.passes``). The search assumes passing is monotone in the
-load (more users never make the SLO easier); a probe that contradicts it is kept in the
-table but does not move the bracket back. All configurations advance together, one probe
+A probe passes only if the SLO holds on every seed and no seed saturates
+(``replicates.passes``). It runs its first seed, and the other seeds only once that one
+passed: a probe whose first seed misses fails whatever the others give (``every_seed``
+runs them all regardless). Which seeds run depends on the first seed's result alone, so a
+search makes the same runs however its workers interleave. The search assumes passing is
+monotone in the load (more users never make the SLO easier); a probe that contradicts it is
+kept in the table but does not move the bracket back. All configurations advance together, one probe
 each per round, so a round is one batch for the worker pool.
 """
 
@@ -20,20 +23,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.planner.expand import Candidate
 from simulator.planner.replicates import passes, seeds_of, variant
 from simulator.specs.scenario import SLO, Scenario
 
-Runner = Callable[[list[Scenario]], dict[str, dict[str, Any]]]
+if TYPE_CHECKING:
+    from simulator.planner.executor import Follow
+
+# runs a batch of scenarios, and what ``follow`` adds as their results come in
+Runner = Callable[[list[Scenario], "Follow | None"], dict[str, dict[str, Any]]]
 
 
 @dataclass
 class Probe:
     users: int
-    scenarios: list[Scenario]
-    results: list[dict[str, Any]] = field(default_factory=list)
+    scenarios: list[Scenario]  # one a seed; those after the first run only if it passed
+    results: list[dict[str, Any]] = field(default_factory=list)  # of the seeds run
     passed: bool = False
 
 
@@ -81,7 +88,7 @@ class LoadSearch:
 
     @property
     def simulations(self) -> int:
-        return sum(len(p.scenarios) for p in self.probes)
+        return sum(len(p.results) for p in self.probes)
 
     def best_probe(self) -> Probe | None:
         return next((p for p in self.probes if p.passed and p.users == self.best), None)
@@ -90,6 +97,16 @@ class LoadSearch:
 def probe_scenarios(cand: Candidate, users: int, seeds: list[int]) -> list[Scenario]:
     base = cand.scenarios[0]
     return [variant(base, f"{cand.config_id}-c{users}-s{s}", s, users) for s in seeds]
+
+
+def _rest_once_first_passes(probes: list[Probe], slo: SLO) -> Follow:
+    """A probe's other seeds, to run once its first seed's result passes."""
+    rest = {p.scenarios[0].name: p.scenarios[1:] for p in probes}
+
+    def follow(sc: Scenario, result: dict[str, Any]) -> list[Scenario]:
+        return rest.pop(sc.name, []) if sc.name in rest and passes(slo, [result]) else []
+
+    return follow
 
 
 def max_load(
@@ -102,6 +119,7 @@ def max_load(
     base_seed: int = 0,
     tolerance: float = 0.05,
     progress: Callable[[int, int], None] | None = None,
+    every_seed: bool = False,
 ) -> list[LoadSearch]:
     """The max-load search of every candidate; ``run`` runs a batch of scenarios."""
     searches = [LoadSearch(c, lo, hi, tolerance) for c in candidates]
@@ -116,9 +134,13 @@ def max_load(
         if not batch:
             break
         rounds += 1
-        results = run([sc for _, p in batch for sc in p.scenarios])
+        if every_seed:
+            results = run([sc for _, p in batch for sc in p.scenarios], None)
+        else:
+            probes = [p for _, p in batch]
+            results = run([p.scenarios[0] for p in probes], _rest_once_first_passes(probes, slo))
         for s, p in batch:
-            p.results = [results[sc.name] for sc in p.scenarios]
+            p.results = [results[sc.name] for sc in p.scenarios if sc.name in results]
             p.passed = passes(slo, p.results)
             s.record(p)
         if progress is not None:

@@ -110,6 +110,18 @@ NOTE = (
 )
 
 
+def reading_note(space: SearchSpace, best: pd.DataFrame) -> str:
+    """How to read the best table: NOTE, how a max-load search ran its seeds when it skipped
+    some, the units bought, the seeds whose cache switched state."""
+    seeds = ""
+    if space.search == "max_load" and space.seeds > 1 and not space.every_seed:
+        seeds = (
+            " A load ran its other seeds only once its first passed (one that misses on its"
+            " first seed cannot pass): its row in runs.csv is then that one seed (`seeds` 1)."
+        )
+    return NOTE + seeds + units_note(best) + unsteady_note(best)
+
+
 def markdown(
     space: SearchSpace,
     best: pd.DataFrame,
@@ -128,7 +140,7 @@ def markdown(
         lines.append("No configuration meets the SLO.")
     else:
         lines += decision_table(space, best).markdown()
-        note = NOTE + units_note(best) + unsteady_note(best)
+        note = reading_note(space, best)
         lines += ["", note + " Every column: best.csv, runs.csv."]
     lines += _verdict_lines(verdicts(space, runs, best, pruned))
     if sens is None and not best.empty:
@@ -197,8 +209,7 @@ def html_report(
         decision_table(space, best).html("decision")
         if not best.empty
         else "<p>No configuration meets the SLO.</p>",
-        f"<p><small>{esc(NOTE + units_note(best) + unsteady_note(best))} Every column:"
-        " best.csv, runs.csv.</small></p>"
+        f"<p><small>{esc(reading_note(space, best))} Every column: best.csv, runs.csv.</small></p>"
         if not best.empty
         else "",
         *(

@@ -24,9 +24,10 @@ from simulator.specs.scenario import Scenario
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.planner.executor import Executor
+    from simulator.planner.executor import Executor, Follow
 
-Batch = Callable[[list[Scenario]], dict[str, dict[str, Any]]]
+# a batch of runs, and what to run after each (``executor.run_all``'s ``follow``)
+Batch = Callable[[list[Scenario], "Follow | None"], dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -49,19 +50,20 @@ def run_search(
 ) -> SearchResult:
     if space.search == "grid":
         scenarios = replicate_scenarios(space, candidates)
-        grid = run_batch(scenarios)
+        grid = run_batch(scenarios, None)
         return SearchResult(runs_table(space, candidates, grid), grid, [])
     results: dict[str, dict[str, Any]] = {}
 
-    def run(batch: list[Scenario]) -> dict[str, dict[str, Any]]:
-        got = run_batch(batch)
+    def run(batch: list[Scenario], follow: Follow | None) -> dict[str, dict[str, Any]]:
+        got = run_batch(batch, follow)
         results.update(got)
         return got
 
     lo, hi = min(space.concurrency), max(space.concurrency)
     searches = max_load(
-        candidates, space.slo, run, lo, hi, space.seeds, space.seed, space.load_tolerance, progress
-    )
+        candidates, space.slo, run, lo, hi, space.seeds, space.seed, space.load_tolerance,
+        progress, every_seed=space.every_seed,
+    )  # fmt: skip
     probed = [
         Candidate(
             s.candidate.config_id,
@@ -138,25 +140,26 @@ def cached_batches(
     """The ``run_batch`` of :func:`run_search`, for the ``with`` block: each batch through
     ``run_all`` (its runs cached in ``cache``), every local batch on one worker pool that
     lives as long as the block (a max-load search's rounds reuse its warm workers);
-    ``progress(done, submitted)`` counts the simulations of every batch so far. An input
-    error met inside a run names ``source`` (the space file) and the run, not the run alone."""
+    ``progress(done, submitted)`` counts the simulations of every batch so far (``submitted``
+    grows as ``follow`` adds runs). An input error met inside a run names ``source`` (the
+    space file) and the run, not the run alone."""
     from simulator.planner.executor import KeptPool, run_all
     from simulator.specs.loading import SpecError
 
     done = 0
 
-    def batch(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
+    def batch(scenarios: list[Scenario], follow: Follow | None = None) -> dict[str, dict[str, Any]]:
         nonlocal done
-        start, submitted = done, done + len(scenarios)
+        start = done
         step = None
         if progress is not None:
-            progress(start, submitted)
+            progress(start, start + len(scenarios))
 
-            def step(finished: int, _total: int) -> None:
-                progress(start + finished, submitted)
+            def step(finished: int, total: int) -> None:
+                progress(start + finished, start + total)
 
         try:
-            got = run_all(scenarios, cache, workers, step, executor, address, kept)
+            got = run_all(scenarios, cache, workers, step, executor, address, kept, follow)
         except SpecError as exc:
             names = {s.name for s in scenarios}
 
@@ -168,7 +171,7 @@ def cached_batches(
                 return SpecError(source, field, f"{e.reason} (in run {e.file})")
 
             raise exc.remapped(named) from None
-        done = submitted
+        done = start + len(got)
         return got
 
     with KeptPool(workers) as kept:

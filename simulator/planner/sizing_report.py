@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.planner.answer import slo_text, sources_caveat
 from simulator.planner.report_tables import Table, decision_table
+from simulator.planner.run_count import seeds_text
 
 if TYPE_CHECKING:
     from simulator.planner.sizing import SizeResult
@@ -47,7 +48,7 @@ def markdown(result: SizeResult) -> str:
         f"**{result.answer}**",
         "",
         f"Workload: {space.workload.kind}; cost model {space.cost_model};"
-        f" {space.seeds} seeds per load; {result.simulations:,} simulations. Values are means"
+        f" {seeds_text(space)}; {result.simulations:,} simulations. Values are means"
         " over the seeds with [95 % intervals]; the band beside the fleet is the fleet if the"
         " simulator is off by the device's error band; the SLO holds on every seed.",
         "",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from simulator.planner.executor import Follow
 from simulator.planner.expand import expand
 from simulator.planner.maxload import max_load
 from simulator.planner.replicates import Interval, aggregate, passes
@@ -25,14 +27,20 @@ SPACE = {
 SLO20 = SLO(interactivity_tok_per_s_p90=20.0)
 
 
-def fake_runner(capacity: dict[str, int], noise: dict[int, float] | None = None):  # type: ignore[no-untyped-def]
+def fake_runner(
+    capacity: dict[str, int], noise: dict[int, float] | None = None, order_seed: int = 0
+):  # type: ignore[no-untyped-def]
     """Meets the SLO (25 tok/s/user) up to each config's capacity, 15 above it; ``noise``
-    lowers one seed's interactivity by that factor."""
+    lowers one seed's interactivity by that factor. Runs finish in an order shuffled by
+    ``order_seed`` (a pool's workers interleave), ``follow``'s additions among them."""
     calls: list[str] = []
+    rng = np.random.default_rng(order_seed)
 
-    def run(scenarios: list[Scenario]) -> dict[str, dict[str, Any]]:
-        out = {}
-        for sc in scenarios:
+    def run(scenarios: list[Scenario], follow: Follow | None) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        waiting = list(scenarios)
+        while waiting:
+            sc = waiting.pop(int(rng.integers(len(waiting))))
             calls.append(sc.name)
             config = sc.name.rsplit("-c", 1)[0]
             users = sc.workload.concurrency
@@ -41,6 +49,8 @@ def fake_runner(capacity: dict[str, int], noise: dict[int, float] | None = None)
             out[sc.name] = {"interactivity_tok_per_s_p90": inter, "ttft_s_p90": 0.5,
                             "throughput_tok_per_s_per_gpu": 100.0 * users,
                             "saturated": False}  # fmt: skip
+            if follow is not None:
+                waiting.extend(follow(sc, out[sc.name]))
         return out
 
     return run, calls
@@ -65,10 +75,36 @@ def test_finds_the_capacity_of_each_configuration(c1: int, c2: int) -> None:
         else:
             assert s.best == want
             assert s.worst == want + 1
-        assert s.simulations == 3 * len(s.probes)
+        # a probe's other seeds run only once its first passed: a failing probe is one run
+        assert [len(p.results) for p in s.probes] == [3 if p.passed else 1 for p in s.probes]
+        assert s.simulations == sum(len(p.results) for p in s.probes)
         # bracketing + bisection: far fewer probes than a full integer sweep
         assert len(s.probes) <= 2 * math.ceil(math.log2(64)) + 2
     assert len(calls) == sum(s.simulations for s in found)
+
+
+@given(st.integers(1, 70), st.integers(0, 2**32 - 1))
+def test_skipping_a_failed_probes_other_seeds_changes_no_answer(cap: int, order: int) -> None:
+    """every_seed runs every seed of every probe; the default runs a probe's others only after
+    its first passed: the same probes, bests and notes, fewer runs, and the same runs
+    whatever order they finish in."""
+    cands = candidates()[:1]
+    cid = cands[0].config_id
+    run_all, calls_all = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None)
+    run_some, calls_some = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None,
+                                       order_seed=order)  # fmt: skip
+    (every,) = max_load(cands, SLO20, run_all, lo=1, hi=64, seeds=3, every_seed=True)
+    (some,) = max_load(cands, SLO20, run_some, lo=1, hi=64, seeds=3)
+    assert [(p.users, p.passed) for p in some.probes] == [(p.users, p.passed) for p in every.probes]
+    assert (some.best, some.worst, some.note) == (every.best, every.worst, every.note)
+    assert every.simulations == 3 * len(every.probes) == len(calls_all)
+    assert len(calls_some) == some.simulations <= every.simulations
+    failed_first = [p for p in every.probes if not passes(SLO20, p.results[:1])]
+    assert every.simulations - some.simulations == 2 * len(failed_first)
+    run_other, calls_other = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None,
+                                         order_seed=order + 1)  # fmt: skip
+    max_load(cands, SLO20, run_other, lo=1, hi=64, seeds=3)
+    assert sorted(calls_other) == sorted(calls_some)
 
 
 def test_a_configuration_that_fails_at_the_lower_bound_has_no_capacity() -> None:

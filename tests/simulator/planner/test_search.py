@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -241,3 +242,27 @@ def test_a_failed_batch_drops_the_kept_pool(tmp_path: Path) -> None:
         assert kept._pool is None
         again = run_all([_tiny(5)], tmp_path, workers=1, kept=kept)  # a new pool
         assert again["tiny-5"]["throughput_tok_per_s_per_gpu"] > 0
+
+
+def test_follow_adds_runs_as_results_come_in_from_the_pool_or_the_cache(tmp_path: Path) -> None:
+    """``follow`` names more runs once a result is in; a cached run's follow-ups are taken
+    too, and ``progress``'s total grows with them."""
+    later = {"tiny-0": [_tiny(1), _tiny(2)], "tiny-2": [_tiny(3)]}
+    asked: list[str] = []
+
+    def follow(sc: Scenario, result: dict[str, Any]) -> list[Scenario]:
+        assert result["throughput_tok_per_s_per_gpu"] > 0
+        asked.append(sc.name)
+        return later.get(sc.name, [])
+
+    seen: list[tuple[int, int]] = []
+    got = run_all([_tiny(0), _tiny(4)], tmp_path, workers=2, follow=follow,
+                  progress=lambda d, t: seen.append((d, t)))  # fmt: skip
+    assert sorted(got) == [f"tiny-{s}" for s in range(5)]
+    assert sorted(asked) == sorted(got)  # every result, once
+    assert seen[0] == (0, 2)
+    assert seen[-1] == (5, 5)
+    assert [t for _, t in seen] == sorted(t for _, t in seen)
+    # all cached now: the follow-ups found in the cache, nothing run (the same wall_s)
+    again = run_all([_tiny(0), _tiny(4)], tmp_path, workers=2, follow=follow)
+    assert again == got
