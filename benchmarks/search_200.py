@@ -13,11 +13,14 @@ output folder each time, ``--repeats`` times; prints each wall time and the medi
 
 Run:  .venv/bin/python benchmarks/search_200.py [--workers 2] [--skip-ray] [--wide]
       .venv/bin/python benchmarks/search_200.py --plan-search [--repeats 3]
+It times the tree it is in: for a base revision, run that worktree's copy (the script as of
+this commit) with this .venv's python.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -27,9 +30,14 @@ from pathlib import Path
 
 import yaml
 
-from simulator.planner.executor import run_all
-from simulator.planner.expand import expand
-from simulator.planner.space import SearchSpace
+# the tree this script is in is the one timed, whatever PYTHONPATH and the installed package
+# say: run a worktree's copy of the script to time that revision
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulator.planner.executor import run_all  # noqa: E402
+from simulator.planner.expand import expand  # noqa: E402
+from simulator.planner.space import SearchSpace  # noqa: E402
 
 SPACE = {
     "name": "bench-200",
@@ -93,7 +101,9 @@ def plan_search(workers: int, repeats: int) -> None:
             cmd = [sys.executable, "-c", "from simulator.cli import main; main()", "search",
                    str(space), "--out", str(out), "--workers", str(workers)]  # fmt: skip
             start = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
+            # ROOT's code, not the working folder's (`-c` puts that first on the path)
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)
             walls.append(time.perf_counter() - start)
             print(f"plan search, 216 configurations: {walls[-1]:6.1f} s", flush=True)
     print(f"median of {repeats}: {statistics.median(walls):.1f} s")
