@@ -74,6 +74,7 @@ def size(
     )
 
     from simulator.planner.report_tables import plural
+    from simulator.planner.run_count import seeds_text
     from simulator.planner.sizing import SizeRequest, run_size
     from simulator.planner.sizing_report import as_json as result_json
     from simulator.planner.sizing_report import terminal_table
@@ -147,7 +148,6 @@ def size(
         many = plural(int(top.replicas), "deployment")
         typer.echo(f"\ndeploy {top.config_id} ({many} of this; all in deploy.sh):")
         typer.echo(result.commands[top.config_id])
-    seeds = result.space.seeds
-    typer.echo(f"{result.simulations:,} simulations, {seeds} seeds per load", err=True)
+    typer.echo(f"{result.simulations:,} simulations ({seeds_text(result.space)})", err=True)
     if result.report_dir is not None:
         typer.echo(f"wrote {result.report_dir}/size.md, deploy.sh, report.html", err=True)
