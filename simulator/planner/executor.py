@@ -22,7 +22,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -30,8 +30,20 @@ from typing import Any, Literal, TypeVar, cast
 
 from simulator.outputs import pid_alive
 from simulator.planner.fingerprint import scenario_hash
+from simulator.planner.replicates import Chain
 from simulator.specs.loading import SpecError
-from simulator.specs.scenario import Scenario
+from simulator.specs.scenario import SLO, Scenario
+
+
+def run_chain(payloads: list[str], until_miss: str | None) -> list[dict[str, Any]]:
+    """A chain's runs, in a worker process: in turn, up to the first that misses."""
+    chain = Chain((), None if until_miss is None else SLO.model_validate_json(until_miss))
+    results = []
+    for payload in payloads:
+        results.append(run_scenario(payload))
+        if chain.misses(results[-1]):
+            break
+    return results
 
 
 def run_scenario(payload: str) -> dict[str, Any]:
@@ -90,80 +102,61 @@ def _context() -> BaseContext | None:
     return mp.get_context("spawn") if threading.active_count() > 1 else None
 
 
-# more runs to make once a run's result is in (a max-load probe's other seeds, once its
-# first seed meets the SLO): called with each scenario and its result, cached or fresh
-Follow = Callable[[Scenario, dict[str, Any]], list[Scenario]]
-
-
 def run_all(
-    scenarios: list[Scenario],
+    scenarios: Sequence[Scenario | Chain],
     cache_dir: Path,
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
     executor: Executor = "local",
     address: str | None = None,
     kept: KeptPool | None = None,
-    follow: Follow | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Results by scenario name; cached runs are read, the rest run ``workers`` at a time
-    (local: on ``kept``'s pool when given, else on a pool of their own) or as Ray tasks.
-    ``follow`` adds runs as results come in; which runs it adds depends on the results
-    only, never on the order they finish in. ``progress(done, total)`` counts every run
-    known so far (``total`` grows with what ``follow`` adds)."""
+    (local: on ``kept``'s pool when given, else on a pool of their own) or as Ray tasks, a
+    :class:`Chain` as one task. ``progress(done, total)`` counts runs; ``total`` is what is
+    left to run at most, and drops as chains stop early."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
-    known = 0
-
-    def take(batch: list[Scenario]) -> list[tuple[Scenario, Path]]:
-        """``batch``'s runs to make: the cached ones are answered here, and what ``follow``
-        adds for them taken in turn."""
-        nonlocal known
-        todo, waiting = [], list(batch)
-        while waiting:
-            sc = waiting.pop(0)
-            known += 1
-            path = cache_dir / f"{scenario_hash(sc)}.json"
+    todo: list[tuple[Chain, list[Path]]] = []
+    total = 0
+    for item in scenarios:
+        chain = Chain.of(item)
+        paths = [cache_dir / f"{scenario_hash(sc)}.json" for sc in chain.scenarios]
+        total += len(paths)
+        for i, (sc, path) in enumerate(zip(chain.scenarios, paths, strict=True)):
             cached = read_cached(path)
-            if cached is None:
-                todo.append((sc, path))
-                continue
+            if cached is None:  # this run and the chain's rest, in a worker
+                todo.append((Chain(chain.scenarios[i:], chain.until_miss), paths[i:]))
+                break
             results[sc.name] = cached
-            if follow is not None:
-                waiting.extend(follow(sc, cached))
-        return todo
-
-    def store(sc: Scenario, path: Path, out: dict[str, Any]) -> list[tuple[Scenario, Path]]:
-        write_whole(path, out)
-        results[sc.name] = out
-        more = take(follow(sc, out)) if follow is not None else []
-        if progress is not None:
-            progress(len(results), known)
-        return more
-
-    todo = take(scenarios)
+            if chain.misses(cached):
+                total -= len(paths) - i - 1
+                break
     if progress is not None:
-        progress(len(results), known)
+        progress(len(results), total)
     if not todo:
         return results
+
+    def store(chain: Chain, paths: list[Path], outs: list[dict[str, Any]]) -> None:
+        nonlocal total
+        for sc, path, out in zip(chain.scenarios, paths, outs, strict=False):
+            write_whole(path, out)
+            results[sc.name] = out
+        total -= len(paths) - len(outs)
+        if progress is not None:
+            progress(len(results), total)
+
     if executor == "ray":
         _run_ray(todo, store, workers, address)
         return results
     pool = kept.get() if kept is not None else worker_pool(workers, _context())
     try:
-        running: dict[Future[dict[str, Any]], tuple[Scenario, Path]] = {}
-        finished = Completions()
-
-        def submit(items: list[tuple[Scenario, Path]]) -> None:
-            for sc, path in items:
-                future = pool.submit(run_scenario, sc.model_dump_json())
-                running[future] = (sc, path)
-                finished.add(future)
-
-        submit(todo)
-        while finished.pending:
-            future = finished.next()
-            sc, path = running.pop(future)
-            submit(store(sc, path, future.result()))
+        futures = {
+            pool.submit(run_chain, *_payload(chain)): (chain, paths) for chain, paths in todo
+        }
+        for future in completed(futures):
+            chain, paths = futures[future]
+            store(chain, paths, future.result())
     except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
         stop_pool(pool, exc)
         if kept is not None:
@@ -172,6 +165,11 @@ def run_all(
     if kept is None:
         pool.shutdown()
     return results
+
+
+def _payload(chain: Chain) -> tuple[list[str], str | None]:
+    slo = None if chain.until_miss is None else chain.until_miss.model_dump_json()
+    return [sc.model_dump_json() for sc in chain.scenarios], slo
 
 
 def read_cached(path: Path) -> dict[str, Any] | None:
@@ -229,39 +227,25 @@ F = TypeVar("F", bound=Future[Any])
 POLL_S = 0.25
 
 
-class Completions:
-    """Futures as they finish, each once (those already finished when added first, in the
-    order added); more can be added while waiting. A terminal's SIGINT can land on one of
-    the executor's threads instead of the main one; a main thread blocked in a lock without
-    a timeout then never runs the handler (``as_completed`` hangs so:
+def completed(futures: Iterable[F]) -> Iterator[F]:
+    """``as_completed`` that a Ctrl-C always interrupts: each future once, as it finishes
+    (those already finished first, in submission order). A terminal's SIGINT can land on one
+    of the executor's threads instead of the main one; a main thread blocked in a lock
+    without a timeout then never runs the handler (``as_completed`` hangs so:
     tests/simulator/test_processes.py). Waiting in slices of ``POLL_S`` lets it run."""
-
-    def __init__(self) -> None:
-        self._done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
-        self.pending = 0
-
-    def add(self, future: Future[Any]) -> None:
-        self.pending += 1
-        future.add_done_callback(self._done.put)  # at once if already finished
-
-    def next(self) -> Future[Any]:
+    done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
+    n = 0
+    for f in futures:
+        f.add_done_callback(done.put)  # at once if already finished
+        n += 1
+    for _ in range(n):
         while True:
             try:
-                item = self._done.get(timeout=POLL_S)
+                item = done.get(timeout=POLL_S)
                 break
             except queue.Empty:
                 pass  # woke to let a pending signal handler run
-        self.pending -= 1
-        return item
-
-
-def completed(futures: Iterable[F]) -> Iterator[F]:
-    """``as_completed`` that a Ctrl-C always interrupts (:class:`Completions`)."""
-    done = Completions()
-    for f in futures:
-        done.add(f)
-    while done.pending:
-        yield cast(F, done.next())  # one of ``futures``, handed back by its callback
+        yield cast(F, item)  # one of ``futures``, handed back by its callback
 
 
 def worker_pool(workers: int, context: BaseContext | None = None) -> ProcessPoolExecutor:
@@ -289,8 +273,8 @@ def stop_pool(pool: ProcessPoolExecutor, exc: BaseException) -> None:
 
 
 def _run_ray(
-    todo: list[tuple[Scenario, Path]],
-    store: Callable[[Scenario, Path, dict[str, Any]], list[tuple[Scenario, Path]]],
+    todo: list[tuple[Chain, list[Path]]],
+    store: Callable[[Chain, list[Path], list[dict[str, Any]]], None],
     workers: int,
     address: str | None,
 ) -> None:
@@ -307,19 +291,13 @@ def _run_ray(
         else:
             ray.init(address=address, log_to_driver=False)
     try:
-        remote = ray.remote(run_scenario)
-        pending: dict[Any, tuple[Scenario, Path]] = {}
-
-        def submit(items: list[tuple[Scenario, Path]]) -> None:
-            for sc, path in items:
-                pending[remote.remote(sc.model_dump_json())] = (sc, path)
-
-        submit(todo)
+        remote = ray.remote(run_chain)
+        pending = {remote.remote(*_payload(chain)): (chain, paths) for chain, paths in todo}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                sc, path = pending.pop(ref)
-                submit(store(sc, path, ray.get(ref)))
+                chain, paths = pending.pop(ref)
+                store(chain, paths, ray.get(ref))
     finally:
         if started:
             ray.shutdown()

@@ -10,10 +10,11 @@ space's bounds ``[min_users, max_users]``:
    the gap is below ``tolerance`` of the passing load.
 
 A probe passes only if the SLO holds on every seed and no seed saturates
-(``replicates.passes``). It runs its first seed, and the other seeds only once that one
-passed: a probe whose first seed misses fails whatever the others give (``every_seed``
-runs them all regardless). Which seeds run depends on the first seed's result alone, so a
-search makes the same runs however its workers interleave. The search assumes passing is
+(``replicates.passes``). Its seeds run in turn in one worker (``replicates.Chain``: the
+later seeds reuse the first's step-pricing templates) and stop at the first that misses:
+the probe fails whatever the rest would give (``every_seed`` runs them all regardless).
+Which seeds run depends on the results alone, so a search makes the same runs however its
+workers interleave. The search assumes passing is
 monotone in the load (more users never make the SLO easier); a probe that contradicts it is
 kept in the table but does not move the bracket back. All configurations advance together, one probe
 each per round, so a round is one batch for the worker pool.
@@ -23,23 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simulator.planner.expand import Candidate
-from simulator.planner.replicates import passes, seeds_of, variant
+from simulator.planner.replicates import Chain, passes, seeds_of, variant
 from simulator.specs.scenario import SLO, Scenario
 
-if TYPE_CHECKING:
-    from simulator.planner.executor import Follow
-
-# runs a batch of scenarios, and what ``follow`` adds as their results come in
-Runner = Callable[[list[Scenario], "Follow | None"], dict[str, dict[str, Any]]]
+# runs a batch (a chain a probe), results by scenario name
+Runner = Callable[[list[Scenario | Chain]], dict[str, dict[str, Any]]]
 
 
 @dataclass
 class Probe:
     users: int
-    scenarios: list[Scenario]  # one a seed; those after the first run only if it passed
+    scenarios: list[Scenario]  # one a seed, run in turn up to the first that misses
     results: list[dict[str, Any]] = field(default_factory=list)  # of the seeds run
     passed: bool = False
 
@@ -99,16 +97,6 @@ def probe_scenarios(cand: Candidate, users: int, seeds: list[int]) -> list[Scena
     return [variant(base, f"{cand.config_id}-c{users}-s{s}", s, users) for s in seeds]
 
 
-def _rest_once_first_passes(probes: list[Probe], slo: SLO) -> Follow:
-    """A probe's other seeds, to run once its first seed's result passes."""
-    rest = {p.scenarios[0].name: p.scenarios[1:] for p in probes}
-
-    def follow(sc: Scenario, result: dict[str, Any]) -> list[Scenario]:
-        return rest.pop(sc.name, []) if sc.name in rest and passes(slo, [result]) else []
-
-    return follow
-
-
 def max_load(
     candidates: list[Candidate],
     slo: SLO,
@@ -134,11 +122,8 @@ def max_load(
         if not batch:
             break
         rounds += 1
-        if every_seed:
-            results = run([sc for _, p in batch for sc in p.scenarios], None)
-        else:
-            probes = [p for _, p in batch]
-            results = run([p.scenarios[0] for p in probes], _rest_once_first_passes(probes, slo))
+        until_miss = None if every_seed else slo
+        results = run([Chain(tuple(p.scenarios), until_miss) for _, p in batch])
         for s, p in batch:
             p.results = [results[sc.name] for sc in p.scenarios if sc.name in results]
             p.passed = passes(slo, p.results)

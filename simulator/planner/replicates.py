@@ -66,6 +66,25 @@ def seeds_of(base_seed: int, seeds: int) -> list[int]:
     return [base_seed + i for i in range(seeds)]
 
 
+@dataclass(frozen=True)
+class Chain:
+    """Runs made in turn by one worker, so the later ones reuse what the first loaded and
+    priced (a max-load probe's seeds share step-pricing templates), stopping after the first
+    whose result misses ``until_miss`` (a probe fails on one seed that misses); None: all.
+    Which runs are made depends on the results alone, never on the workers' timing."""
+
+    scenarios: tuple[Scenario, ...]
+    until_miss: SLO | None = None
+
+    @classmethod
+    def of(cls, item: Scenario | Chain) -> Chain:
+        """``item``, a scenario as a chain of one."""
+        return item if isinstance(item, Chain) else cls((item,))
+
+    def misses(self, result: dict[str, Any]) -> bool:
+        return self.until_miss is not None and not passes(self.until_miss, [result])
+
+
 def passes(slo: SLO, results: Sequence[dict[str, Any]]) -> bool:
     """The SLO holds on every seed and no seed saturated."""
     if not results:

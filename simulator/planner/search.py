@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 from simulator.planner.analysis import replicate_scenarios, runs_table
 from simulator.planner.expand import Candidate, Pruned
 from simulator.planner.maxload import LoadSearch, max_load
-from simulator.planner.replicates import variant
+from simulator.planner.replicates import Chain, variant
 from simulator.planner.space import SearchSpace
 from simulator.specs.scenario import Scenario
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simulator.planner.executor import Executor, Follow
+    from simulator.planner.executor import Executor
 
-# a batch of runs, and what to run after each (``executor.run_all``'s ``follow``)
-Batch = Callable[[list[Scenario], "Follow | None"], dict[str, dict[str, Any]]]
+# a batch of runs (a chain: in turn in one worker, up to the first that misses), by name
+Batch = Callable[[list[Scenario | Chain]], dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -50,12 +50,12 @@ def run_search(
 ) -> SearchResult:
     if space.search == "grid":
         scenarios = replicate_scenarios(space, candidates)
-        grid = run_batch(scenarios, None)
+        grid = run_batch(list(scenarios))
         return SearchResult(runs_table(space, candidates, grid), grid, [])
     results: dict[str, dict[str, Any]] = {}
 
-    def run(batch: list[Scenario], follow: Follow | None) -> dict[str, dict[str, Any]]:
-        got = run_batch(batch, follow)
+    def run(batch: list[Scenario | Chain]) -> dict[str, dict[str, Any]]:
+        got = run_batch(batch)
         results.update(got)
         return got
 
@@ -141,27 +141,26 @@ def cached_batches(
     ``run_all`` (its runs cached in ``cache``), every local batch on one worker pool that
     lives as long as the block (a max-load search's rounds reuse its warm workers);
     ``progress(done, submitted)`` counts the simulations of every batch so far (``submitted``
-    grows as ``follow`` adds runs). An input error met inside a run names ``source`` (the
+    drops as chains stop early). An input error met inside a run names ``source`` (the
     space file) and the run, not the run alone."""
     from simulator.planner.executor import KeptPool, run_all
     from simulator.specs.loading import SpecError
 
     done = 0
 
-    def batch(scenarios: list[Scenario], follow: Follow | None = None) -> dict[str, dict[str, Any]]:
+    def batch(scenarios: list[Scenario | Chain]) -> dict[str, dict[str, Any]]:
         nonlocal done
         start = done
         step = None
         if progress is not None:
-            progress(start, start + len(scenarios))
 
             def step(finished: int, total: int) -> None:
                 progress(start + finished, start + total)
 
         try:
-            got = run_all(scenarios, cache, workers, step, executor, address, kept, follow)
+            got = run_all(scenarios, cache, workers, step, executor, address, kept)
         except SpecError as exc:
-            names = {s.name for s in scenarios}
+            names = {s.name for item in scenarios for s in Chain.of(item).scenarios}
 
             def named(e: SpecError) -> SpecError:
                 if e.file not in names:

@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.planner.executor import Follow
 from simulator.planner.expand import expand
 from simulator.planner.maxload import max_load
-from simulator.planner.replicates import Interval, aggregate, passes
+from simulator.planner.replicates import Chain, Interval, aggregate, passes
 from simulator.planner.space import SearchSpace
 from simulator.specs.scenario import SLO, Scenario
 
@@ -31,26 +30,29 @@ def fake_runner(
     capacity: dict[str, int], noise: dict[int, float] | None = None, order_seed: int = 0
 ):  # type: ignore[no-untyped-def]
     """Meets the SLO (25 tok/s/user) up to each config's capacity, 15 above it; ``noise``
-    lowers one seed's interactivity by that factor. Runs finish in an order shuffled by
-    ``order_seed`` (a pool's workers interleave), ``follow``'s additions among them."""
+    lowers one seed's interactivity by that factor. A chain's runs are made in turn up to
+    the first that misses; the chains of a batch in an order shuffled by ``order_seed``
+    (a pool's workers interleave)."""
     calls: list[str] = []
     rng = np.random.default_rng(order_seed)
 
-    def run(scenarios: list[Scenario], follow: Follow | None) -> dict[str, dict[str, Any]]:
+    def result(sc: Scenario) -> dict[str, Any]:
+        calls.append(sc.name)
+        config = sc.name.rsplit("-c", 1)[0]
+        users = sc.workload.concurrency
+        inter = 25.0 if users <= capacity[config] else 15.0
+        inter *= (noise or {}).get(sc.seed, 1.0)
+        return {"interactivity_tok_per_s_p90": inter, "ttft_s_p90": 0.5,
+                "throughput_tok_per_s_per_gpu": 100.0 * users, "saturated": False}  # fmt: skip
+
+    def run(batch: list[Scenario | Chain]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        waiting = list(scenarios)
-        while waiting:
-            sc = waiting.pop(int(rng.integers(len(waiting))))
-            calls.append(sc.name)
-            config = sc.name.rsplit("-c", 1)[0]
-            users = sc.workload.concurrency
-            inter = 25.0 if users <= capacity[config] else 15.0
-            inter *= (noise or {}).get(sc.seed, 1.0)
-            out[sc.name] = {"interactivity_tok_per_s_p90": inter, "ttft_s_p90": 0.5,
-                            "throughput_tok_per_s_per_gpu": 100.0 * users,
-                            "saturated": False}  # fmt: skip
-            if follow is not None:
-                waiting.extend(follow(sc, out[sc.name]))
+        for i in rng.permutation(len(batch)):
+            chain = Chain.of(batch[i])
+            for sc in chain.scenarios:
+                out[sc.name] = result(sc)
+                if chain.misses(out[sc.name]):
+                    break
         return out
 
     return run, calls
@@ -75,7 +77,8 @@ def test_finds_the_capacity_of_each_configuration(c1: int, c2: int) -> None:
         else:
             assert s.best == want
             assert s.worst == want + 1
-        # a probe's other seeds run only once its first passed: a failing probe is one run
+        # a probe's seeds stop at the first that misses: here every seed alike, so a failing
+        # probe is one run
         assert [len(p.results) for p in s.probes] == [3 if p.passed else 1 for p in s.probes]
         assert s.simulations == sum(len(p.results) for p in s.probes)
         # bracketing + bisection: far fewer probes than a full integer sweep
@@ -85,13 +88,13 @@ def test_finds_the_capacity_of_each_configuration(c1: int, c2: int) -> None:
 
 @given(st.integers(1, 70), st.integers(0, 2**32 - 1))
 def test_skipping_a_failed_probes_other_seeds_changes_no_answer(cap: int, order: int) -> None:
-    """every_seed runs every seed of every probe; the default runs a probe's others only after
-    its first passed: the same probes, bests and notes, fewer runs, and the same runs
-    whatever order they finish in."""
+    """every_seed runs every seed of every probe; the default stops a probe's seeds at the
+    first that misses: the same probes, bests and notes, fewer runs, and the same runs
+    whatever order the probes run in."""
     cands = candidates()[:1]
     cid = cands[0].config_id
-    run_all, calls_all = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None)
-    run_some, calls_some = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None,
+    run_all, calls_all = fake_runner({cid: cap}, noise={1: 0.7} if cap % 3 == 0 else None)
+    run_some, calls_some = fake_runner({cid: cap}, noise={1: 0.7} if cap % 3 == 0 else None,
                                        order_seed=order)  # fmt: skip
     (every,) = max_load(cands, SLO20, run_all, lo=1, hi=64, seeds=3, every_seed=True)
     (some,) = max_load(cands, SLO20, run_some, lo=1, hi=64, seeds=3)
@@ -99,9 +102,13 @@ def test_skipping_a_failed_probes_other_seeds_changes_no_answer(cap: int, order:
     assert (some.best, some.worst, some.note) == (every.best, every.worst, every.note)
     assert every.simulations == 3 * len(every.probes) == len(calls_all)
     assert len(calls_some) == some.simulations <= every.simulations
-    failed_first = [p for p in every.probes if not passes(SLO20, p.results[:1])]
-    assert every.simulations - some.simulations == 2 * len(failed_first)
-    run_other, calls_other = fake_runner({cid: cap}, noise={2: 0.7} if cap % 3 == 0 else None,
+    # the seeds after a probe's first miss are what is skipped
+    skipped = 0
+    for p in every.probes:
+        first_miss = next((i for i, r in enumerate(p.results) if not passes(SLO20, [r])), None)
+        skipped += 0 if first_miss is None else len(p.results) - first_miss - 1
+    assert every.simulations - some.simulations == skipped
+    run_other, calls_other = fake_runner({cid: cap}, noise={1: 0.7} if cap % 3 == 0 else None,
                                          order_seed=order + 1)  # fmt: skip
     max_load(cands, SLO20, run_other, lo=1, hi=64, seeds=3)
     assert sorted(calls_other) == sorted(calls_some)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -244,25 +243,33 @@ def test_a_failed_batch_drops_the_kept_pool(tmp_path: Path) -> None:
         assert again["tiny-5"]["throughput_tok_per_s_per_gpu"] > 0
 
 
-def test_follow_adds_runs_as_results_come_in_from_the_pool_or_the_cache(tmp_path: Path) -> None:
-    """``follow`` names more runs once a result is in; a cached run's follow-ups are taken
-    too, and ``progress``'s total grows with them."""
-    later = {"tiny-0": [_tiny(1), _tiny(2)], "tiny-2": [_tiny(3)]}
-    asked: list[str] = []
+def test_a_chain_runs_in_turn_up_to_its_first_miss_from_the_pool_or_the_cache(
+    tmp_path: Path,
+) -> None:
+    """A chain stops after the first run whose result misses its SLO, in a worker or read
+    from the cache; ``progress``'s total drops by the runs a stop skipped."""
+    from simulator.planner.replicates import Chain
+    from simulator.specs.scenario import SLO
 
-    def follow(sc: Scenario, result: dict[str, Any]) -> list[Scenario]:
-        assert result["throughput_tok_per_s_per_gpu"] > 0
-        asked.append(sc.name)
-        return later.get(sc.name, [])
-
+    plain = run_all([_tiny(0), _tiny(1), _tiny(2)], tmp_path / "plain", workers=1)
+    tok = [plain[f"tiny-{s}"]["interactivity_tok_per_s_p90"] for s in range(3)]
+    # a target between the runs' figures: the first passes, the second misses
+    ranked = sorted(range(3), key=lambda s: -tok[s])
+    assert tok[ranked[0]] > tok[ranked[1]]
+    target = (tok[ranked[0]] + tok[ranked[1]]) / 2
+    chain = Chain(tuple(_tiny(s) for s in (ranked[0], ranked[1], ranked[2])),
+                  SLO(interactivity_tok_per_s_p90=target))  # fmt: skip
     seen: list[tuple[int, int]] = []
-    got = run_all([_tiny(0), _tiny(4)], tmp_path, workers=2, follow=follow,
+    got = run_all([chain, _tiny(3)], tmp_path / "c", workers=2,
                   progress=lambda d, t: seen.append((d, t)))  # fmt: skip
-    assert sorted(got) == [f"tiny-{s}" for s in range(5)]
-    assert sorted(asked) == sorted(got)  # every result, once
-    assert seen[0] == (0, 2)
-    assert seen[-1] == (5, 5)
-    assert [t for _, t in seen] == sorted(t for _, t in seen)
-    # all cached now: the follow-ups found in the cache, nothing run (the same wall_s)
-    again = run_all([_tiny(0), _tiny(4)], tmp_path, workers=2, follow=follow)
-    assert again == got
+    assert sorted(got) == sorted([f"tiny-{ranked[0]}", f"tiny-{ranked[1]}", "tiny-3"])
+    assert seen[0] == (0, 4)
+    assert seen[-1] == (3, 3)
+    # the same runs' figures as alone (a chain's runs are independent simulations)
+    for s in ranked[:2]:
+        assert got[f"tiny-{s}"]["interactivity_tok_per_s_p90"] == tok[s]
+    # from the cache: the stop read back, nothing run (the same wall_s)
+    assert run_all([chain, _tiny(3)], tmp_path / "c", workers=2) == got
+    # no SLO: the whole chain
+    whole = run_all([Chain(chain.scenarios)], tmp_path / "c", workers=1)
+    assert sorted(whole) == sorted(f"tiny-{s}" for s in range(3))
