@@ -116,8 +116,8 @@ def reading_note(space: SearchSpace, best: pd.DataFrame) -> str:
     seeds = ""
     if space.search == "max_load" and space.seeds > 1 and not space.every_seed:
         seeds = (
-            " A load ran its other seeds only once its first passed (one that misses on its"
-            " first seed cannot pass): its row in runs.csv is then that one seed (`seeds` 1)."
+            " A load's seeds ran in turn up to the first that missed (it cannot pass then): its"
+            " row in runs.csv holds the seeds that ran (`seeds`)."
         )
     return NOTE + seeds + units_note(best) + unsteady_note(best)
 

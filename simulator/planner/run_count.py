@@ -38,12 +38,12 @@ class RunCount:
 
 
 def seeds_text(space: SearchSpace) -> str:
-    """How a point's seeds were run: "max-load, 3 seeds per point; ..." (a max-load probe runs
-    its other seeds only once its first passed, unless ``every_seed``)."""
+    """How a point's seeds were run: "max-load, 3 seeds per point; ..." (a max-load probe's
+    seeds stop at the first that misses, unless ``every_seed``)."""
     seeds = f"{space.seeds} seed{'' if space.seeds == 1 else 's'}"
     text = f"{space.search.replace('_', '-')}, {seeds} per point"
     if space.search == "max_load" and space.seeds > 1 and not space.every_seed:
-        text += "; a load that missed on its first seed ran on that seed alone"
+        text += "; a load's seeds stop at the first that misses"
     return text
 
 

@@ -139,9 +139,9 @@ class SearchSpace(Spec):
     # the load (or one user); "grid": exactly the listed concurrencies
     search: Literal["max_load", "grid"] = Field(default="max_load", validate_default=True)
     load_tolerance: float = Field(default=0.05, ge=0, lt=1)
-    # max_load: a load whose first seed misses the SLO (or saturates) fails whatever the other
-    # seeds give, so they are not run and its row in the runs table is that one seed;
-    # every_seed runs them anyway (the same answer, more simulations)
+    # max_load: a load's seeds run in turn and stop at the first that misses the SLO (or
+    # saturates): the load fails whatever the rest give, so its row in the runs table holds
+    # the seeds that ran; every_seed runs them all anyway (the same answer, more simulations)
     every_seed: bool = False
 
     @field_validator("devices", "concurrency")
