@@ -14,10 +14,10 @@ A probe passes only if the SLO holds on every seed and no seed saturates
 later seeds reuse the first's step-pricing templates) and stop at the first that misses:
 the probe fails whatever the rest would give (``every_seed`` runs them all regardless).
 Which seeds run depends on the results alone, so a search makes the same runs however its
-workers interleave. The search assumes passing is
-monotone in the load (more users never make the SLO easier); a probe that contradicts it is
-kept in the table but does not move the bracket back. All configurations advance together, one probe
-each per round, so a round is one batch for the worker pool.
+workers interleave. The search assumes passing is monotone in the load (more users never
+make the SLO easier); a probe that contradicts it is kept in the table but does not move the
+bracket back. All configurations advance together, one probe each per round, so a round is
+one batch for the worker pool.
 """
 
 from __future__ import annotations
