@@ -114,7 +114,7 @@ def reading_note(space: SearchSpace, best: pd.DataFrame) -> str:
     """How to read the best table: NOTE, how a max-load search ran its seeds when it skipped
     some, the units bought, the seeds whose cache switched state."""
     seeds = ""
-    if space.search == "max_load" and space.seeds > 1 and not space.every_seed:
+    if space.seeds_can_stop:
         seeds = (
             " A load's seeds ran in turn up to the first that missed (it cannot pass then): its"
             " row in runs.csv holds the seeds that ran (`seeds`)."

@@ -42,7 +42,7 @@ def seeds_text(space: SearchSpace) -> str:
     seeds stop at the first that misses, unless ``every_seed``)."""
     seeds = f"{space.seeds} seed{'' if space.seeds == 1 else 's'}"
     text = f"{space.search.replace('_', '-')}, {seeds} per point"
-    if space.search == "max_load" and space.seeds > 1 and not space.every_seed:
+    if space.seeds_can_stop:
         text += "; a load's seeds stop at the first that misses"
     return text
 

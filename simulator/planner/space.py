@@ -144,6 +144,12 @@ class SearchSpace(Spec):
     # the seeds that ran; every_seed runs them all anyway (the same answer, more simulations)
     every_seed: bool = False
 
+    @property
+    def seeds_can_stop(self) -> bool:
+        """A probe's seeds may stop before the last: a max-load search of several seeds,
+        without ``every_seed``."""
+        return self.search == "max_load" and self.seeds > 1 and not self.every_seed
+
     @field_validator("devices", "concurrency")
     @classmethod
     def _each_once(cls, values: list[Any], info: ValidationInfo) -> list[Any]:
