@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -35,15 +36,49 @@ from simulator.specs.loading import SpecError
 from simulator.specs.scenario import SLO, Scenario
 
 
+class ChainBrokeError(Exception):
+    """A chain's run raised after its earlier runs finished: their results (kept in the
+    cache by the parent, so a resumed search does not make them again) and the error."""
+
+    def __init__(self, results: list[dict[str, Any]], error: BaseException) -> None:
+        super().__init__(results, error)  # the args a pickled copy is rebuilt from
+        self.results = results
+        self.error = error
+
+
 def run_chain(payloads: list[str], until_miss: str | None) -> list[dict[str, Any]]:
     """A chain's runs, in a worker process: in turn, up to the first that misses."""
     chain = Chain((), None if until_miss is None else SLO.model_validate_json(until_miss))
-    results = []
+    results: list[dict[str, Any]] = []
     for payload in payloads:
-        results.append(run_scenario(payload))
+        try:
+            results.append(run_scenario(payload))
+        except Exception as exc:
+            if not results:
+                raise
+            raise ChainBrokeError(results, exc) from exc
         if chain.misses(results[-1]):
             break
     return results
+
+
+def _finished(
+    store: Callable[[Chain, list[Path], list[dict[str, Any]]], None],
+    chain: Chain,
+    paths: list[Path],
+    result: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """Store a chain's results; where a later run raised, store those before it and raise
+    that run's error (Ray hands the worker's exception back as its ``cause``)."""
+    try:
+        outs = result()
+    except Exception as exc:
+        broke = getattr(exc, "cause", exc)
+        if not isinstance(broke, ChainBrokeError):
+            raise
+        store(chain, paths, broke.results)
+        raise broke.error from exc
+    store(chain, paths, outs)
 
 
 def run_scenario(payload: str) -> dict[str, Any]:
@@ -156,7 +191,7 @@ def run_all(
         }
         for future in completed(futures):
             chain, paths = futures[future]
-            store(chain, paths, future.result())
+            _finished(store, chain, paths, future.result)
     except BaseException as exc:  # a failed run, Ctrl-C, or a stop raised by `progress`
         stop_pool(pool, exc)
         if kept is not None:
@@ -297,7 +332,7 @@ def _run_ray(
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 chain, paths = pending.pop(ref)
-                store(chain, paths, ray.get(ref))
+                _finished(store, chain, paths, functools.partial(ray.get, ref))
     finally:
         if started:
             ray.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 from simulator.cli import app
 from simulator.planner.analysis import best_per_device, operating_points, runs_table
 from simulator.planner.compare import sensitivity
-from simulator.planner.executor import run_all
+from simulator.planner.executor import read_cached, run_all
 from simulator.planner.expand import expand
 from simulator.planner.report import write_report
 from simulator.planner.space import SearchSpace
@@ -273,3 +274,47 @@ def test_a_chain_runs_in_turn_up_to_its_first_miss_from_the_pool_or_the_cache(
     # no SLO: the whole chain
     whole = run_all([Chain(chain.scenarios)], tmp_path / "c", workers=1)
     assert sorted(whole) == sorted(f"tiny-{s}" for s in range(3))
+
+
+def _raising_on(name: str) -> Any:
+    """``run_scenario`` that raises for the scenario called ``name`` (forked workers inherit
+    the patch)."""
+    from simulator.planner import executor
+
+    real = executor.run_scenario
+
+    def run(payload: str) -> dict[str, Any]:
+        if Scenario.model_validate_json(payload).name == name:
+            raise RuntimeError(f"{name} broke")
+        return real(payload)
+
+    return run
+
+
+def test_a_chain_that_breaks_keeps_the_runs_before_the_break(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later run of a chain that raises: the search fails with that run's error, and the
+    runs before it are cached (a resumed search reads them back); a first run that raises
+    caches nothing."""
+    from simulator.planner import executor
+    from simulator.planner.fingerprint import scenario_hash
+    from simulator.planner.replicates import Chain
+
+    if executor._context() is not None:
+        pytest.skip("the patch reaches forked workers only (threads running: spawn)")
+    runs = tuple(_tiny(s) for s in range(3))
+    monkeypatch.setattr(executor, "run_scenario", _raising_on("tiny-1"))
+    with pytest.raises(RuntimeError, match="tiny-1 broke"):
+        run_all([Chain(runs)], tmp_path, workers=1)
+    assert [(tmp_path / f"{scenario_hash(sc)}.json").exists() for sc in runs] == [
+        True, False, False,
+    ]  # fmt: skip
+    kept = read_cached(tmp_path / f"{scenario_hash(runs[0])}.json")
+    with pytest.raises(RuntimeError, match="tiny-1 broke"):  # the first run
+        run_all([Chain(runs[1:] + runs[:1])], tmp_path / "first", workers=1)
+    assert not list((tmp_path / "first").glob("*.json"))
+    monkeypatch.undo()
+    again = run_all([Chain(runs)], tmp_path, workers=1)
+    assert again["tiny-0"] == kept  # read back, not run again (the same wall_s)
+    assert sorted(again) == ["tiny-0", "tiny-1", "tiny-2"]
