@@ -177,6 +177,8 @@ def _replica_parts(
     cache = KVCacheManager(config)
     if not config.prefix_caching:
         cache.count_only()  # nothing is ever cached, so nothing is found: counts suffice
+    else:
+        cache.defer_identities()  # counts until a block is cached under a real id
     if store is not None:
         cache.attach_store(store)
     block_tokens = layout.block_size_tokens * serving.dcp

@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-from simulator.cache.block_pool import BlockPool
+from simulator.cache.block_pool import SINK, BlockPool
 from simulator.cache.config import CacheConfig, CacheUsage
 from simulator.cache.counting_pool import CountingPool
 from simulator.cache.offload import ATTENTION, STATE, CpuTier
@@ -86,9 +86,8 @@ class KVCacheManager:
         self._f = c.full_groups
         self._s = c.state_groups
         self._state_spaces = tuple(range(c.full_groups, c.full_groups + c.state_groups))
-        self.pool: BlockPool | CountingPool = BlockPool(
-            c.num_blocks, num_spaces=max(1, self._f + self._s), num_kinds=3
-        )
+        self.pool: BlockPool | CountingPool = self._full_pool()
+        self.deferred = False  # counting until the first block is cached under a real id
         self.cpu = (
             CpuTier(c.cpu_blocks, c.bytes_per_block) if c.cpu_blocks and c.prefix_caching else None
         )
@@ -99,13 +98,51 @@ class KVCacheManager:
         # scheduler can keep a blocked request's PrefixHit while the version is unchanged
         self.version = 0
 
-    def count_only(self) -> None:
+    def count_only(self, prefix_caching_ok: bool = False) -> None:
         """Swap the empty pool for a :class:`CountingPool`: without prefix caching no block
         is ever cached, so none is ever found and only how many are free matters. Refused with
-        prefix caching (a preempted request finds its own blocks again) or blocks in use."""
-        if self.config.prefix_caching or self.pool.num_used:
+        prefix caching (a preempted request finds its own blocks again: ``defer_identities``
+        counts only until then) or blocks in use."""
+        if (self.config.prefix_caching and not prefix_caching_ok) or self.pool.num_used:
             raise ValueError("only an empty pool without prefix caching can count")
         self.pool = CountingPool(self.pool.num_blocks, num_kinds=3)
+
+    def defer_identities(self) -> None:
+        """With prefix caching: count (a :class:`CountingPool`) until a block is first cached
+        under an id that can be looked up, then carry on with the full pool (``_materialise``).
+
+        Exact: until then every hash in the pool is SINK (a finished request's private
+        blocks, kept only for their place in the free queue), so no lookup can find a block,
+        every free block is one nobody can hit and every used block is one request's own.
+        Which free block is which, and in what order they queue, then decides nothing: a block
+        cached later is appended behind every block free at that moment in the full pool as
+        in a fresh one. Random prompts and other one-request sessions cache real ids only when
+        a preempted request names its blocks, so a run without preemption counts throughout
+        (``tests/simulator/cache/test_counting_pool.py`` runs both ways)."""
+        self.count_only(prefix_caching_ok=True)
+        self.deferred = True
+
+    def _full_pool(self) -> BlockPool:
+        return BlockPool(self.config.num_blocks, num_spaces=max(1, self._f + self._s), num_kinds=3)
+
+    def _materialise(self) -> None:
+        """The full pool in the counting pool's place: every request's blocks get real ids
+        (one ref each: nothing was shared while counting), the rest are free and unhashed."""
+        counted, pool = self.pool, self._full_pool()
+        for r in self._reqs.values():
+            for groups, kind in (
+                (r.attn, ATTN_KIND),
+                (r.swa, SWA_KIND),
+                ((r.prev, r.running, r.drafts), STATE_KIND),
+            ):
+                for blocks in groups:
+                    new = pool.allocate(len(blocks), kind)
+                    assert new is not None
+                    blocks[:] = new
+        assert all(pool.num_used_kind(k) == counted.num_used_kind(k) for k in range(3)), (
+            "a request's blocks went missing while counting"
+        )
+        self.pool, self.deferred = pool, False
 
     def attach_store(self, store: RemoteTier) -> None:
         """Put a (shared) remote KV store below the CPU tier (``simulator.cache.remote_tier``):
@@ -243,13 +280,16 @@ class KVCacheManager:
         )
         if need > pool.num_free:
             return False
-        pool.touch(held)
-        pool.touch(ckpt)
-        r = _Request(prompt_tokens, hashes, max(hit.gpu_tokens + hit.cpu_tokens, remote_tokens))
         # blocks loaded from the CPU tier or read from a remote replica are cached at once
         loaded = g_hit + c_hit
         if remote_tokens and c.prefix_caching:
             loaded = max(loaded, min(remote_tokens // blk, len(hashes), n_attn))
+        if self.deferred and loaded > g_hit:
+            self._materialise()
+            pool = self.pool
+        pool.touch(held)
+        pool.touch(ckpt)
+        r = _Request(prompt_tokens, hashes, max(hit.gpu_tokens + hit.cpu_tokens, remote_tokens))
         now = min(total, r.computed + lookahead_tokens) if hit_only else total
         n_now = max(self._attn_blocks(now), loaded, g_hit)
         for g in range(f):
@@ -373,9 +413,13 @@ class KVCacheManager:
         if self._f:
             full = min(full, len(r.attn[0]))
             if full > r.num_cached:
-                cache_many, lo = self.pool.cache_many, r.num_cached
-                for g, blocks in enumerate(r.attn):
-                    cache_many(blocks[lo:full], hashes[lo:full], g)
+                lo = r.num_cached
+                if self.deferred and hashes[lo:full].count(SINK) < full - lo:
+                    self._materialise()  # the first id someone could look up
+                if not self.deferred:  # (while counting, SINK blocks need no caching)
+                    cache_many = self.pool.cache_many
+                    for g, blocks in enumerate(r.attn):
+                        cache_many(blocks[lo:full], hashes[lo:full], g)
                 r.num_cached = full
             if self._tiers:
                 limit = min(full, r.prompt_tokens // blk) if c.offload_prompt_only else full
@@ -399,6 +443,8 @@ class KVCacheManager:
 
     def _cross(self, r: _Request, key: int | None, p: int) -> None:
         """The running state moves to a new page; the old one is cached under ``key``."""
+        if self.deferred and key is not None:
+            self._materialise()
         pool = self.pool
         pool.free(r.prev)  # the previous boundary page is released (remove_skipped_blocks)
         r.prev = []
@@ -461,5 +507,8 @@ class KVCacheManager:
             assert cap == r.cap_tokens, f"{req_id}: stale capacity"
             for blocks in (*r.attn, *r.swa, r.prev, r.running, r.drafts):
                 holds.update(blocks)
+        if isinstance(self.pool, CountingPool):  # block "ids" are kind tags: count them
+            assert sum(holds.values()) == self.pool.num_used, "blocks held != blocks used"
+            return
         for b in range(1, c.num_blocks + 1):
             assert self.pool.ref(b) == holds[b], f"block {b}: ref {self.pool.ref(b)} != holds"

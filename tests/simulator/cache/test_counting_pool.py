@@ -1,4 +1,5 @@
-"""The counting pool: exact for runs without prefix caching, where no block is ever found.
+"""The counting pool: exact for runs without prefix caching, where no block is ever found,
+and with it until a block is first cached under an id a lookup could find.
 
 ``simulate`` swaps it in for those; these runs are simulated both ways (the full
 ``BlockPool`` forced by switching the swap off) and must give the same summary, preemptions,
@@ -88,12 +89,74 @@ def test_a_counting_run_gives_the_full_pools_summary(
         assert full.preemptions > 0  # the case is one with preemptions
 
 
-def test_runs_with_prefix_caching_keep_the_full_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    swapped: list[bool] = []
-    monkeypatch.setattr(KVCacheManager, "count_only", lambda self: swapped.append(True))
-    scenario = _scenario("llama-3.3-70b", "h100", RANDOM, tp=2, enable_prefix_caching=True)
-    assert simulate(scenario).summary.requests_finished > 0
-    assert not swapped  # a preempted request may find its own blocks again
+CACHED = {  # prefix caching on: counted until a block is cached under a real id
+    **CASES,
+    "light": ("llama-3.3-70b", "h100", {**RANDOM, "concurrency": 8}, {"tp": 8}),
+    "offload": ("llama-3.3-70b", "h100", RANDOM, {"tp": 2, "cpu_offload_bytes": 2**36}),
+    "spec-decode": ("llama-3.3-70b", "h200", RANDOM, {"tp": 4, "speculative": {
+        "method": "eagle", "num_speculative_tokens": 2, "acceptance_rate": 0.7}}),
+    "agentic-hybrid": ("kimi-k3", "mi355x", {"kind": "agentic", "sessions": 24,
+                       "concurrency": 16}, {"tp": 8}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CACHED))
+def test_with_prefix_caching_counting_until_the_first_real_id_gives_the_full_pools_summary(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deferred pool (``KVCacheManager.defer_identities``) against the full pool from the
+    start: the same summary; random prompts count until a preemption names its blocks (the
+    kv-pressure case materialises, the plain one never), sessions with shared prefixes
+    materialise at their first commit."""
+    model, device, workload, serving = CACHED[case]
+    made: list[bool] = []
+    materialise = KVCacheManager._materialise
+
+    def spy(self: KVCacheManager) -> None:
+        made.append(True)
+        materialise(self)
+
+    monkeypatch.setattr(KVCacheManager, "_materialise", spy)
+    scenario = _scenario(model, device, workload, **{**serving, "enable_prefix_caching": True})
+    deferred = simulate(scenario).summary
+    monkeypatch.setattr(KVCacheManager, "defer_identities", lambda self: None)
+    full = simulate(scenario).summary
+    assert full.requests_finished > 0
+    assert deferred.model_dump(exclude={"wall_s"}) == full.model_dump(exclude={"wall_s"})
+    if case in ("kv-pressure", "light", "plain", "sliding-window", "spec-decode"):
+        # random prompts: live ids only where a preempted request names its blocks
+        assert bool(made) == (full.preemptions > 0)
+        if case == "kv-pressure":
+            assert full.preemptions > 0
+        if case == "light":
+            assert full.preemptions == 0  # counted throughout
+    if case in ("multi-turn", "agentic-hybrid"):
+        assert made
+        assert full.prefix_hit_rate > 0
+
+
+def test_materialising_gives_every_held_block_a_real_id() -> None:
+    from simulator.cache import CacheConfig
+    from simulator.cache.block_pool import SINK
+    from simulator.cache.prefix import PrefixHit
+
+    m = KVCacheManager(CacheConfig(block_tokens=16, num_blocks=12))
+    m.defer_identities()
+    miss = PrefixHit(0, 0)
+    assert m.admit("a", 40, [], miss)
+    assert m.admit("b", 20, [], miss)
+    assert m.grow("a", 40)
+    assert m.grow("b", 20)
+    m.commit("a", 40, [SINK, SINK])  # a finished request's private blocks: still counting
+    assert isinstance(m.pool, CountingPool)
+    m.check()
+    m.commit("b", 20, [7])  # an id a lookup can find: the full pool from here on
+    assert isinstance(m.pool, BlockPool)
+    m.check()  # ref 1 on each of the 5 held blocks, 7 free
+    assert m.pool.num_used == 5
+    assert m.pool.lookup(7) is not None
+    m.free("b")
+    assert m.lookup("c", 40, [7, 8]).gpu_tokens == 16  # b's block is found again
 
 
 def test_only_an_empty_pool_without_prefix_caching_is_swapped() -> None:
@@ -101,6 +164,10 @@ def test_only_an_empty_pool_without_prefix_caching_is_swapped() -> None:
 
     with pytest.raises(ValueError, match="without prefix caching"):
         KVCacheManager(CacheConfig(block_tokens=16, num_blocks=8)).count_only()
+    used = KVCacheManager(CacheConfig(block_tokens=16, num_blocks=8))
+    used.pool.allocate(1)
+    with pytest.raises(ValueError, match="can count"):
+        used.defer_identities()
     m = KVCacheManager(CacheConfig(block_tokens=16, num_blocks=8, prefix_caching=False))
     m.pool.allocate(1)
     with pytest.raises(ValueError, match="without prefix caching"):
