@@ -9,8 +9,10 @@ observes (``num_free``, ``num_used``, ``num_used_kind``; ``allocate`` fails exac
 full pool would), at O(1) a call instead of O(blocks). ``simulation._replica_parts`` swaps it
 in for such runs (the InferenceMAX-style benchmark runs among them);
 ``tests/simulator/cache/test_counting_pool.py`` runs them both ways. With prefix caching it
-would not do, even for prompts that share nothing: a preempted request finds its own blocks
-again if they were not evicted meanwhile.
+serves only until a block is first cached under an id a lookup could find
+(``KVCacheManager.defer_identities``), even for prompts that share nothing: a preempted request
+finds its own blocks again if they were not evicted meanwhile, so the full pool takes over
+there.
 
 A "block id" it hands out is the allocation's kind tag, so ``free`` can give each kind back.
 """
