@@ -35,45 +35,11 @@ from collections.abc import Hashable, Sequence
 from simulator.cache.block_pool import SINK, BlockPool
 from simulator.cache.config import CacheConfig, CacheUsage
 from simulator.cache.counting_pool import CountingPool
+from simulator.cache.holdings import ATTN_KIND, STATE_KIND, SWA_KIND, Holding, with_real_ids
 from simulator.cache.offload import ATTENTION, STATE, CpuTier
 from simulator.cache.prefix import HitLike, PrefixHit, find_prefix_hit
 from simulator.cache.remote_tier import RemoteTier
 from simulator.cache.retention import mandatory_checkpoints, retains
-
-ATTN_KIND, SWA_KIND, STATE_KIND = 0, 1, 2
-
-
-class _Request:
-    __slots__ = (
-        "attn",
-        "cap_tokens",
-        "computed",
-        "drafts",
-        "hashes",
-        "mandatory",
-        "num_cached",
-        "num_offered",
-        "prev",
-        "prompt_tokens",
-        "running",
-        "short",
-        "swa",
-    )
-
-    def __init__(self, prompt_tokens: int, hashes: list[int], computed: int) -> None:
-        self.prompt_tokens = prompt_tokens
-        self.hashes = hashes  # chain hashes of its full blocks (prompt, then output)
-        self.computed = computed  # tokens whose KV (and state) is computed
-        self.attn: list[list[int]] = []  # per full-attention group
-        self.swa: list[list[int]] = []  # per sliding-window group
-        self.prev: list[int] = []  # previous boundary state, one block per recurrent group
-        self.running: list[int] = []  # running state, one block per recurrent group
-        self.drafts: list[int] = []  # one page per draft token per recurrent group
-        self.short = 0  # state blocks it could not re-take at a crossing (grow re-takes them)
-        self.num_cached = 0  # leading attention blocks already offered to the prefix cache
-        self.num_offered = 0  # leading attention blocks already offered to the CPU tier
-        self.mandatory: tuple[int, ...] = ()  # checkpoint positions always retained
-        self.cap_tokens = 0  # tokens its blocks hold without growing (grow's fast path)
 
 
 class KVCacheManager:
@@ -93,7 +59,7 @@ class KVCacheManager:
         )
         self.store: RemoteTier | None = None  # remote KV store (``attach_store``)
         self._tiers: tuple[CpuTier, ...] = (self.cpu,) if self.cpu is not None else ()
-        self._reqs: dict[Hashable, _Request] = {}
+        self._reqs: dict[Hashable, Holding] = {}
         # bumped by every call that may change a lookup's answer or the free count: a
         # scheduler can keep a blocked request's PrefixHit while the version is unchanged
         self.version = 0
@@ -126,23 +92,9 @@ class KVCacheManager:
         return BlockPool(self.config.num_blocks, num_spaces=max(1, self._f + self._s), num_kinds=3)
 
     def _materialise(self) -> None:
-        """The full pool in the counting pool's place: every request's blocks get real ids
-        (one ref each: nothing was shared while counting), the rest are free and unhashed."""
-        counted, pool = self.pool, self._full_pool()
-        for r in self._reqs.values():
-            for groups, kind in (
-                (r.attn, ATTN_KIND),
-                (r.swa, SWA_KIND),
-                ((r.prev, r.running, r.drafts), STATE_KIND),
-            ):
-                for blocks in groups:
-                    new = pool.allocate(len(blocks), kind)
-                    assert new is not None
-                    blocks[:] = new
-        assert all(pool.num_used_kind(k) == counted.num_used_kind(k) for k in range(3)), (
-            "a request's blocks went missing while counting"
-        )
-        self.pool, self.deferred = pool, False
+        """The full pool in the counting pool's place (``holdings.with_real_ids``)."""
+        self.pool = with_real_ids(self._reqs.values(), self.pool, self._full_pool())
+        self.deferred = False
 
     def attach_store(self, store: RemoteTier) -> None:
         """Put a (shared) remote KV store below the CPU tier (``simulator.cache.remote_tier``):
@@ -289,7 +241,7 @@ class KVCacheManager:
             pool = self.pool
         pool.touch(held)
         pool.touch(ckpt)
-        r = _Request(prompt_tokens, hashes, max(hit.gpu_tokens + hit.cpu_tokens, remote_tokens))
+        r = Holding(prompt_tokens, hashes, max(hit.gpu_tokens + hit.cpu_tokens, remote_tokens))
         now = min(total, r.computed + lookahead_tokens) if hit_only else total
         n_now = max(self._attn_blocks(now), loaded, g_hit)
         for g in range(f):
@@ -318,7 +270,7 @@ class KVCacheManager:
         self.version += 1
         return True
 
-    def _set_capacity(self, r: _Request) -> None:
+    def _set_capacity(self, r: Holding) -> None:
         c = self.config
         cap = len(r.attn[0]) * self._blk if r.attn else 1 << 62
         if r.swa and len(r.swa[0]) < c.window_blocks:
@@ -326,7 +278,7 @@ class KVCacheManager:
         r.cap_tokens = cap
 
     def _take_state_pages(
-        self, r: _Request, ckpt: list[int], hashes: list[int], cpu_ckpt_blocks: int
+        self, r: Holding, ckpt: list[int], hashes: list[int], cpu_ckpt_blocks: int
     ) -> None:
         c, pool, s = self.config, self.pool, self._s
         if c.prefix_caching:
@@ -441,7 +393,7 @@ class KVCacheManager:
         r.computed = computed_tokens
         return bool(r.short)
 
-    def _cross(self, r: _Request, key: int | None, p: int) -> None:
+    def _cross(self, r: Holding, key: int | None, p: int) -> None:
         """The running state moves to a new page; the old one is cached under ``key``."""
         if self.deferred and key is not None:
             self._materialise()
@@ -485,23 +437,13 @@ class KVCacheManager:
 
     def check(self) -> None:
         """Assert the pool's invariants and that its ref counts are exactly the requests' holds."""
-        c, s = self.config, self._s
+        c = self.config
         self.pool.check()
         for tier in self._tiers:
             tier.check()
         holds: Counter[int] = Counter()
         for req_id, r in self._reqs.items():
-            lengths = {len(b) for b in r.attn}
-            assert len(lengths) <= 1, f"{req_id}: attention groups out of step"
-            assert all(len(b) <= c.window_blocks for b in r.swa), f"{req_id}: window overrun"
-            assert len(r.running) == s
-            assert len(r.drafts) == s * c.num_speculative_tokens
-            if s and c.prefix_caching:
-                assert len(r.prev) + r.short == s, f"{req_id}: state pages lost"
-            else:
-                assert not r.prev
-                assert not r.short
-            assert r.num_cached <= max(lengths, default=0) or not self._f
+            r.check(req_id, c, self._f)
             cap = r.cap_tokens
             self._set_capacity(r)
             assert cap == r.cap_tokens, f"{req_id}: stale capacity"
