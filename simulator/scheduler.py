@@ -31,6 +31,7 @@ from simulator.cache.block_pool import SINK
 from simulator.cache.prefix import HitLike as PrefixHitLike
 from simulator.cache.prefix import PrefixHit
 from simulator.lockstep import NO_STEP_S, Lockstep
+from simulator.output_ids import output_block_id
 from simulator.states import (
     AcceptanceSampler,
     CacheLike,
@@ -40,7 +41,6 @@ from simulator.states import (
     Status,
     StepPlan,
 )
-from simulator.workload.request import scope_key
 
 
 class Scheduler:
@@ -444,33 +444,3 @@ class Scheduler:
         req.preemptions += 1
         req.status = Status.WAITING
         self.waiting.appendleft(req)
-
-
-_MASK64 = (1 << 64) - 1
-_OUTPUT_SALT = scope_key("output")  # keeps provisional ids apart from every chain id's stream
-
-
-def lazy_output_ids(prefix_caching: bool, cpu_tier: bool, state_groups: int, disagg: bool) -> bool:
-    """Whether output ids can wait until a request's blocks are freed with the same answer.
-
-    A provisional id is unique to its request, so until the request frees its blocks (they
-    hold a reference: never evicted) nobody can hit them; caching a block earlier or at the
-    free puts it at the same place in the free queue. That holds unless something reads the
-    ids while the request runs: a CPU tier (offloads blocks as they fill, in order), recurrent
-    state (checkpoint pages keyed by block ids are freed and cached mid-request) or
-    disaggregation (the other pool reads a finished request's blocks). Without prefix caching
-    nothing is cached at all: the ids are never read (a commit only counts tokens)."""
-    if disagg or state_groups:
-        return False
-    return not prefix_caching or not cpu_tier
-
-
-def output_block_id(req_id: int, index: int) -> int:
-    """A provisional 64-bit id for a block filled by a request's output (not a chain id):
-    the splitmix64 finaliser of (salt, request, block index), in plain integer arithmetic (a
-    fraction of a microsecond; a blake2b digest per block was a third of the engine loop on
-    long outputs). Distinct (request, index) pairs collide with probability ~2**-64."""
-    x = (_OUTPUT_SALT + req_id * 0x9E3779B97F4A7C15 + index * 0xD1B54A32D192ED03) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)

@@ -20,11 +20,12 @@ from simulator.kv_layout import kv_layout
 from simulator.measured.summary import describe
 from simulator.memory import MemoryReport, plan_memory
 from simulator.metrics import Summary, summarize
+from simulator.output_ids import lazy_output_ids
 from simulator.pd_pools import disaggregation_spec as disaggregation_spec
 from simulator.pd_pools import load_bytes_with_store, pool_plans, remote_store
 from simulator.records import Pools, Recorder
 from simulator.replica import ReplicaParts
-from simulator.scheduler import Scheduler, lazy_output_ids
+from simulator.scheduler import Scheduler
 from simulator.served import check_measurable, check_served
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard

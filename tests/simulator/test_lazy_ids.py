@@ -1,4 +1,4 @@
-"""Lazy output ids (``simulator.scheduler.lazy_output_ids``) change no answer: the same
+"""Lazy output ids (``simulator.output_ids.lazy_output_ids``) change no answer: the same
 scenario with ids made eagerly as blocks fill and lazily at the free gives the same summary,
 on a cache small enough that requests are preempted and hit their own blocks again."""
 
