@@ -135,7 +135,8 @@ def _moe(job: Job, device: torch.device) -> Closure:
     only the activations and the routing are drawn anew."""
     import dataclasses
 
-    from kernels_calibration.moe_gemm import MoeInputs, make_inputs, route
+    from kernels_calibration.moe_inputs import MoeInputs, make_inputs
+    from kernels_calibration.moe_routing import route
 
     d = job.dims()
     family = (job.dtype, d["hidden"], d["inter"], d["num_experts"], d["topk"], d["ep"], d["tp"])

@@ -21,19 +21,17 @@ torch = pytest.importorskip(
 )
 pytest.importorskip("triton", reason="the calibration extra (torch CPU + triton) is not installed")
 
-from kernels_calibration.moe_gemm import (  # noqa: E402 (after importorskip)
+from kernels_calibration.moe_formats import (  # noqa: E402 (after importorskip)
     E2M1_VALUES,
     FP8_DTYPE,
-    MoeInputs,
     dequantize_fp8,
     dequantize_mxfp4,
-    fused_moe,
-    make_inputs,
-    moe_align_block_size,
     quantize_fp8,
     quantize_mxfp4,
-    route,
 )
+from kernels_calibration.moe_gemm import fused_moe  # noqa: E402
+from kernels_calibration.moe_inputs import MoeInputs, make_inputs  # noqa: E402
+from kernels_calibration.moe_routing import moe_align_block_size, route  # noqa: E402
 
 # See test_gemm_norm_lse.py: triton 3.5's interpreter int()s 1-element arrays in `for` bounds.
 pytestmark = pytest.mark.filterwarnings(
