@@ -131,7 +131,7 @@ class CacheUsage:
 
     used_blocks: int
     free_blocks: int  # ref count 0, cached (evictable) or not
-    cached_blocks: int  # hash-carrying, in use or free
+    cached_blocks: int  # hash-carrying, in use or free (0 while a pool counts: SINK uncounted)
     state_blocks: int  # recurrent-state pages in use (running pages and held checkpoints)
     num_requests: int
     cpu_used_blocks: int = 0
