@@ -18,10 +18,13 @@ curves' query counts) advances by the template's share of them on every reuse, m
 the template was priced.
 
 Templates are kept per process, not per model: every ``StepCostModel`` of the same pricing
-identity (card, device, serving config, CUDA-graph sizes, fitted latency models, the same
-measured-tables object) shares one store, so the runs of a search (seeds, loads) and the
-replicas of a run reuse each other's templates. A template is a function of that identity and
-its key alone, so sharing changes no price (``benchmarks/golden.py``).
+identity (card, device, the serving config less the fields only the scheduler, the cache and
+the API server read (``NOT_PRICED``), fitted latency models, the same measured-tables object)
+shares one store, so the runs of a search (seeds, loads, the configurations that differ in
+``max_num_seqs`` or ``max_num_batched_tokens`` alone) and the replicas of a run reuse each
+other's templates. A template is a function of that identity and its key alone (the key
+holds the step's padded token count, which the CUDA-graph sizes decide), so sharing changes
+no price (``benchmarks/golden.py``; ``tests/simulator/cost/test_compiled.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,26 @@ if TYPE_CHECKING:
     from simulator.cost.step import StepCostModel
     from simulator.measured.lookup import Curve
 
-Key = tuple[int, int, int, int]
+Key = tuple[int, int, int, int, int]  # decodes, decode tokens, prefills, prefill tokens, padded
+# serving fields no step price reads (scheduling, cache and memory, the API server): left out
+# of the pricing identity. A field not named here is in it, so a new one is safe by default
+NOT_PRICED = frozenset(
+    {
+        "gpu_memory_utilization",
+        "kv_cache_memory_bytes",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "api_server_count",
+        "max_model_len",
+        "enable_prefix_caching",
+        "prefix_cache_retention_interval",
+        "hybrid_store_attention_remainder",
+        "runtime_reserve_bytes",
+        "cpu_offload_bytes",
+        "decoder_kv_blocks_ttl_s",
+        "kv_recompute_threshold_tokens",
+    }
+)
 # templates kept, least recently used dropped first: a bound on memory. A template's own
 # numbers are ~1.3 KB (its row and collective totals, its seconds by source); what only the
 # step's structure decides (row categories, context-line places, query counts, curves) is
@@ -169,15 +191,15 @@ _STORES: dict[str, _Store] = {}  # by pricing identity, least recently used firs
 
 
 def _identity(model: StepCostModel) -> str:
-    """Everything a template's numbers depend on besides its key (the tables by identity)."""
+    """Everything a template's numbers depend on besides its key (the tables by identity;
+    the CUDA-graph sizes act through the key's padded token count)."""
     lat = model.latency
     fitted = sorted((k, v.model_dump_json()) for k, v in lat.fitted.items())
     return "|".join(
         (
             model.card.model_dump_json(),
             model.device.model_dump_json(),
-            model.serving.model_dump_json(),
-            repr(model.graph_sizes),
+            model.serving.model_dump_json(exclude=set(NOT_PRICED)),
             repr(fitted),
             repr(sorted(lat.calibrated)),
             str(id(lat.tables)),
@@ -215,8 +237,11 @@ class CompiledPricer:
         self._shared = store.shared
 
     def price(self, shape: StepShape) -> StepCost:
-        key = (shape.num_decodes, shape.decode_tokens, shape.num_prefills, shape.prefill_tokens)
         dyn = StepOps(self.m, shape)
+        key = (
+            shape.num_decodes, shape.decode_tokens, shape.num_prefills, shape.prefill_tokens,
+            int(dyn.t),
+        )  # fmt: skip
         dyn.static_off = True
         dyn.build()
         names = tuple(r[0] for r in dyn.rows)

@@ -128,7 +128,7 @@ class StepCostModel:
         self.gemm_lines: dict[tuple[str, str], tuple[float, float, Curve | None]] = {}
         self.decode_query_len = 1 + serving.num_speculative_tokens
         self.graph_sizes = cuda_graph_sizes(max_num_seqs, self.decode_query_len)
-        self.pricer = CompiledPricer(self)  # needs the graph sizes: they are in its identity
+        self.pricer = CompiledPricer(self)
         kinds = card.layer_kinds
         self.counts = {k: float(sum(1 for x in kinds if x == k)) for k in set(kinds)}
         self.n_moe = float(sum(card.moe_layer_mask))

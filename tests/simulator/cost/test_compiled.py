@@ -166,8 +166,7 @@ def test_templates_of_one_structure_share_their_structural_parts() -> None:
 
 def test_models_of_one_pricing_identity_share_templates() -> None:
     """A second model of the same card, device and serving config (the next run of a search)
-    reuses the first one's templates and prices as the full path; another serving config or
-    another graph-size set makes its own."""
+    reuses the first one's templates and prices as the full path; another TP makes its own."""
     card, profile = catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100")
     cfg = ServingConfig(tp=8)
     rng = np.random.default_rng(2)
@@ -185,13 +184,46 @@ def test_models_of_one_pricing_identity_share_templates() -> None:
     assert second.latency.queries == full.latency.queries
     for src, secs in full.latency.seconds_by_source.items():
         assert second.latency.seconds_by_source[src] == pytest.approx(secs, rel=1e-9)
-    others = [
-        StepCostModel(card, profile, ServingConfig(tp=4)),
-        StepCostModel(card, profile, cfg, max_num_seqs=8),  # other CUDA-graph sizes
-    ]
-    for other in others:
-        other.price(shapes[0])
-        assert other.pricer.misses == 1
+    other = StepCostModel(card, profile, ServingConfig(tp=4))
+    other.price(shapes[0])
+    assert other.pricer.misses == 1
+
+
+def test_configs_that_differ_in_scheduling_alone_share_templates() -> None:
+    """Serving fields no price reads (``compiled.NOT_PRICED``: batch limits, memory, the
+    cache, the API server) do not split the store; CUDA-graph sizes (from ``max_num_seqs``)
+    act through the padded token count in the key: a decode step padded alike is shared, one
+    padded otherwise makes its own. Every price is the full path's, bit for bit."""
+    from simulator.cost import compiled as compiled_module
+
+    compiled_module.clear_shared_templates()
+    card, profile = catalog.model_card("llama-3.3-70b"), catalog.hardware_profile("h100")
+    rng = np.random.default_rng(5)
+    shapes = [_shape(rng, (24, 24, 1, 700)), _shape(rng, (24, 24, 0, 0)),
+              _shape(rng, (100, 100, 0, 0))]  # fmt: skip
+    first = StepCostModel(card, profile, ServingConfig(tp=8))  # graphs up to 512 tokens
+    for shape in shapes:
+        first.price(shape)
+    assert first.pricer.misses == 3
+    fields = {
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 32,
+        "gpu_memory_utilization": 0.8,
+        "enable_prefix_caching": False,
+        "cpu_offload_bytes": 2**34,
+        "api_server_count": 2,
+    }
+    assert set(fields) <= compiled_module.NOT_PRICED
+    cfg = ServingConfig(tp=8, **fields)  # type: ignore[arg-type]
+    second = StepCostModel(card, profile, cfg, max_num_seqs=32)  # graphs up to 64 tokens
+    full = StepCostModel(card, profile, cfg, max_num_seqs=32)
+    full.use_templates = False
+    for shape in shapes:
+        assert second.price(shape) == full.price(shape)
+    # the chunk and the 24 decodes (padded to 24 both ways) are shared; 100 decodes pad to
+    # 104 under graphs to 512 and run unpadded beyond graphs to 64: a template of its own
+    assert (second.pricer.misses, second.pricer.hits) == (1, 2)
+    assert first.padded(shapes[2]) != second.padded(shapes[2])
 
 
 def test_kept_stores_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
