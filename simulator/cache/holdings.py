@@ -49,7 +49,7 @@ class Holding:
         self.mandatory: tuple[int, ...] = ()  # checkpoint positions always retained
         self.cap_tokens = 0  # tokens its blocks hold without growing (grow's fast path)
 
-    def check(self, req_id: Hashable, c: CacheConfig, full_groups: int) -> None:
+    def check(self, req_id: Hashable, c: CacheConfig) -> None:
         """Assert the holding's own invariants (``KVCacheManager.check``)."""
         s = c.state_groups
         lengths = {len(b) for b in self.attn}
@@ -62,7 +62,7 @@ class Holding:
         else:
             assert not self.prev
             assert not self.short
-        assert self.num_cached <= max(lengths, default=0) or not full_groups
+        assert self.num_cached <= max(lengths, default=0) or not c.full_groups
 
 
 def with_real_ids(

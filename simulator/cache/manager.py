@@ -443,7 +443,7 @@ class KVCacheManager:
             tier.check()
         holds: Counter[int] = Counter()
         for req_id, r in self._reqs.items():
-            r.check(req_id, c, self._f)
+            r.check(req_id, c)
             cap = r.cap_tokens
             self._set_capacity(r)
             assert cap == r.cap_tokens, f"{req_id}: stale capacity"

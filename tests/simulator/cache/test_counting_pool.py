@@ -39,6 +39,19 @@ def test_it_counts_per_kind_and_refuses_what_the_full_pool_refuses() -> None:
         counting.cache_many([1], [7])
 
 
+def _calls(monkeypatch: pytest.MonkeyPatch, method: str) -> list[bool]:
+    """One entry per call of ``KVCacheManager.method``, which still does its work."""
+    calls: list[bool] = []
+    real = getattr(KVCacheManager, method)
+
+    def spy(self: KVCacheManager) -> None:
+        calls.append(True)
+        real(self)
+
+    monkeypatch.setattr(KVCacheManager, method, spy)
+    return calls
+
+
 def _scenario(model: str, device: str, workload: dict[str, object], **serving: object) -> Scenario:
     return Scenario.model_validate(
         {
@@ -71,14 +84,7 @@ def test_a_counting_run_gives_the_full_pools_summary(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, device, workload, serving = CASES[case]
-    swapped: list[bool] = []
-    count_only = KVCacheManager.count_only
-
-    def spy(self: KVCacheManager) -> None:
-        swapped.append(True)
-        count_only(self)
-
-    monkeypatch.setattr(KVCacheManager, "count_only", spy)
+    swapped = _calls(monkeypatch, "count_only")
     counted = simulate(_scenario(model, device, workload, **serving)).summary
     assert swapped, "a run without prefix caching counts"
     monkeypatch.setattr(KVCacheManager, "count_only", lambda self: None)
@@ -105,18 +111,11 @@ def test_with_prefix_caching_counting_until_the_first_real_id_gives_the_full_poo
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The deferred pool (``KVCacheManager.defer_identities``) against the full pool from the
-    start: the same summary; random prompts count until a preemption names its blocks (the
-    kv-pressure case materialises, the plain one never), sessions with shared prefixes
-    materialise at their first commit."""
+    start: the same summary; random prompts count until a preemption names its blocks (they
+    materialise exactly when a preemption occurs, the light case never), sessions with shared
+    prefixes materialise at their first commit."""
     model, device, workload, serving = CACHED[case]
-    made: list[bool] = []
-    materialise = KVCacheManager._materialise
-
-    def spy(self: KVCacheManager) -> None:
-        made.append(True)
-        materialise(self)
-
-    monkeypatch.setattr(KVCacheManager, "_materialise", spy)
+    made = _calls(monkeypatch, "_materialise")
     scenario = _scenario(model, device, workload, **{**serving, "enable_prefix_caching": True})
     deferred = simulate(scenario).summary
     monkeypatch.setattr(KVCacheManager, "defer_identities", lambda self: None)
