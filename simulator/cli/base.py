@@ -9,24 +9,26 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import Annotated, Any, NoReturn, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, get_args, get_origin
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 import simulator
-from simulator.cli.tables import PlanConsole
 from simulator.outputs import abort_open
 from simulator.specs import SpecError
+
+if TYPE_CHECKING:  # rich is imported when a table is printed: plan run --json needs none
+    from rich.console import Console
 
 GIB = float(1 << 30)
 
 
-def console() -> Console:
+def console() -> "Console":
     """Rich console on the current stdout: the terminal's width; when piped or captured,
     ``$COLUMNS`` if set, else 160."""
+    from simulator.cli.tables import PlanConsole
+
     width: int | None = None
     if not sys.stdout.isatty():
         columns = os.environ.get("COLUMNS", "")
@@ -330,6 +332,8 @@ def print_json(data: Any) -> None:
 
 def print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
     """A two-column table: label, right-aligned value."""
+    from rich.table import Table
+
     t = Table(show_header=False, title=title)
     t.add_column()
     t.add_column(justify="right")

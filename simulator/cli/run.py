@@ -2,11 +2,12 @@
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from simulator.cli.base import (
     JsonOpt,
@@ -104,6 +105,25 @@ def run(
         _run(parse(Scenario, data, scenario_file), scenario_file, out, formats, sets, as_json)
 
 
+@contextmanager
+def _spinner() -> Iterator[Callable[[float, int], None]]:
+    """A transient spinner on stderr and the ``progress`` callback that updates it."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("simulating", total=None)
+
+        def progress(now_s: float, done: int) -> None:
+            if done % 100 == 0:
+                bar.update(task, description=f"simulated {now_s:,.0f} s, {done:,} requests done")
+
+        yield progress
+
+
 def _run(
     scenario: Scenario,
     scenario_file: Path,
@@ -112,8 +132,6 @@ def _run(
     sets: list[str],
     as_json: bool,
 ) -> None:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from simulator.planner.uncertainty import stated_error, stated_error_line
     from simulator.simulation import simulate, slo_met, tokens_per_dollar
     from simulator.window import quarters_text, unsteady
@@ -123,18 +141,11 @@ def _run(
     # folder beside it, swapped in whole at the end (removed if the command fails)
     folder = OutputFolder(out, "plan run", RUN_FILES) if out is not None else None
     stage = folder.open() if folder is not None else None
-    show = not as_json and sys.stderr.isatty()
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        console=Console(stderr=True), disable=not show, transient=True,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("simulating", total=None)
-
-        def progress(now_s: float, done: int) -> None:
-            if done % 100 == 0:
-                bar.update(task, description=f"simulated {now_s:,.0f} s, {done:,} requests done")
-
-        result = simulate(scenario, scenario_file, base, progress)
+    if not as_json and sys.stderr.isatty():
+        with _spinner() as progress:
+            result = simulate(scenario, scenario_file, base, progress)
+    else:  # no terminal to draw on: rich is not even imported
+        result = simulate(scenario, scenario_file, base)
     summary = result.summary
     price = tokens_per_dollar(scenario, summary.throughput_tok_per_s_per_gpu)
     summary_data = {

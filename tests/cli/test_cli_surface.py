@@ -156,6 +156,29 @@ def test_every_command_has_its_module() -> None:
         assert set(want) <= set(out), module
 
 
+def test_plan_run_json_imports_no_rich(tmp_path: Path) -> None:
+    """`plan run --json` prints no table and draws no spinner, so it does not pay for rich's
+    import (~20 ms a process); a terminal gets the spinner, updated by the run's progress."""
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "name: t\nmodel: llama-3.3-70b\ndevice: h100\nserving: {tp: 8}\n"
+        "workload: {kind: random, num_requests: 4, concurrency: 2, input_tokens: 64, output_tokens: 4}\n"
+    )
+    code = (
+        f"import sys\nsys.argv = ['plan', 'run', {str(f)!r}, '--json']\n"
+        "from simulator.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    from simulator.cli.run import _spinner
+
+    with _spinner() as progress:
+        for done in range(201):
+            progress(float(done), done)
+
+
 def test_plan_run_imports_no_planner(tmp_path: Path) -> None:
     """The lazy entry point: `plan run --help` loads the run command, not the planner or
     the other commands' modules; `plan --help` still lists every command."""
