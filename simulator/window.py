@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -170,6 +171,13 @@ def unsteady(quarters: Sequence[float | None]) -> bool:
     return len(known) > 1 and max(known) - min(known) > UNSTEADY_HIT_SPREAD
 
 
+def _joined(parts: list[array[float]]) -> NDArray[np.float64]:
+    """The float arrays end to end, read through their buffers (no Python float per item)."""
+    if not parts:
+        return np.zeros(0)
+    return np.concatenate([np.frombuffer(p, dtype=np.float64) for p in parts])
+
+
 def window_tokens(
     rec: Recorder, clients: list[ReqState], w0: float, w1: float, log: PromptLog
 ) -> Window:
@@ -184,9 +192,8 @@ def window_tokens(
         for r in clients
         if r.first_token_s is not None and r.generated > 0 and w0 <= r.first_token_s <= w1
     )
-    chain = itertools.chain.from_iterable
-    runs = np.fromiter(chain(r.itl_runs for r in clients), dtype=np.float64)  # gap, n, ...
-    run_ends = np.fromiter(chain(r.itl_end_s for r in clients), dtype=np.float64)
+    runs = _joined([r.itl_runs for r in clients])  # gap, n, gap, n, ...
+    run_ends = _joined([r.itl_end_s for r in clients])
     gaps: list[float] = []  # the open runs'
     counts: list[int] = []
     ends: list[float] = []
