@@ -162,7 +162,8 @@ def test_plan_run_json_imports_no_rich(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(
         "name: t\nmodel: llama-3.3-70b\ndevice: h100\nserving: {tp: 8}\n"
-        "workload: {kind: random, num_requests: 4, concurrency: 2, input_tokens: 64, output_tokens: 4}\n"
+        "workload: {kind: random, num_requests: 4, concurrency: 2, input_tokens: 64,"
+        " output_tokens: 4}\n"
     )
     code = (
         f"import sys\nsys.argv = ['plan', 'run', {str(f)!r}, '--json']\n"
