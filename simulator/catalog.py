@@ -33,11 +33,20 @@ def model_aliases(name: str) -> list[str]:
     return sorted(a for a, card in CARD_ALIASES.items() if card == name)
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; a name the OS cannot even look up (too long, a NUL byte)
+    is not one, so it reads as an unknown name (exit 2), not an internal error."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_model(ref: str) -> str:
     """The built-in card name ``ref`` stands for: itself, or the card of an alias (either
     case-insensitive: ``DeepSeek-R1`` is ``deepseek-v3``); an unknown name comes back as is."""
     key = ref.lower()
-    if (MODEL_CARDS_DIR / f"{key}.yaml").is_file():
+    if _is_file(MODEL_CARDS_DIR / f"{key}.yaml"):
         return key
     return CARD_ALIASES.get(key, ref)
 
@@ -61,7 +70,7 @@ def model_card(ref: str) -> ModelCard:
     if _is_path(ref):
         return load(ModelCard, ref)
     path = MODEL_CARDS_DIR / f"{resolve_model(ref)}.yaml"
-    if not path.exists():
+    if not _is_file(path):
         aliases = ", ".join(f"{a} = {card}" for a, card in sorted(CARD_ALIASES.items()))
         raise SpecError(
             "(arguments)", "model",
@@ -79,9 +88,9 @@ def hardware_profile(ref: str) -> HardwareProfile:
     if _is_path(ref):
         return load(HardwareProfile, ref)
     path = user_device_dir(ref) / "profile.yaml"
-    if not path.is_file():
+    if not _is_file(path):
         path = PROFILES_DIR / ref / "profile.yaml"
-    if not path.exists():
+    if not _is_file(path):
         raise SpecError(
             "(arguments)", "device", f"unknown device {ref!r}; known: {', '.join(device_names())}"
         )

@@ -46,6 +46,13 @@ TABLE_LIMIT = 256 * MIB
 TRACE_LIMIT = 2 * GIB
 
 
+# control characters (a newline, a NUL byte) as escapes, so that an error stays one line
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(32), 127) if c != 9} | {
+    10: "\\n",
+    13: "\\r",
+}
+
+
 class SpecError(ValueError):
     """Bad input. ``str()`` is the one line the CLI prints before exiting with code 2.
 
@@ -64,7 +71,8 @@ class SpecError(ValueError):
         super().__init__(self.file, field, reason)
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.field}: {self.reason}"
+        # one line whatever the input held: a newline or NUL byte from a value is escaped
+        return f"{self.file}: {self.field}: {self.reason}".translate(_CONTROL_ESCAPES)
 
     def errors(self) -> list[SpecError]:
         """This error and the others found with it, in order."""
@@ -159,6 +167,8 @@ def stat_path(path: str | Path, field: str = "(file)") -> os.stat_result:
         raise SpecError(p, field, "no such file (a parent is not a folder)") from None
     except OSError as exc:
         raise SpecError(p, field, os_reason(exc)) from None
+    except ValueError:  # os.stat's "embedded null byte"
+        raise SpecError(p, field, "a NUL byte in the path") from None
 
 
 def check_file(path: str | Path, limit: int = JSON_LIMIT, what: str = "file") -> os.stat_result:
