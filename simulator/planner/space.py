@@ -198,7 +198,9 @@ class SearchSpace(Spec):
                     f"{rate}: a search runs each point as a closed loop of `concurrency` users;"
                     f" drop {rate} (and size the fleet with demand_requests_per_s)"
                 )
-        levels = info.data.get("concurrency") or [1]
+        if "concurrency" not in info.data:  # it failed: its own error is reported
+            return workload
+        levels = info.data["concurrency"] or [1]
         template = getattr(workload, "concurrency", None)
         if template not in (None, 1, *levels):
             raise ValueError(

@@ -46,6 +46,13 @@ class SpeculativeConfig(Spec):
 MoEKernel = Literal["auto", "triton", "marlin", "flashinfer_trtllm", "flashinfer_cutlass"]
 
 
+def _validated(info: ValidationInfo, *names: str) -> bool:
+    """Whether the fields a check reads passed their own validation (pydantic leaves a failed
+    one out of ``info.data``): if not, their error is reported and the check is skipped, not
+    made against a default the user never gave (tp 0 and dcp 8: "dcp 8 must divide tp 1")."""
+    return all(n in info.data for n in names)
+
+
 class ServingConfig(Spec):
     """One replica = tp GPUs (DCP reuses the TP ranks); dp replicas; EP spans tp x dp GPUs."""
 
@@ -139,7 +146,9 @@ class ServingConfig(Spec):
     @field_validator("ep")
     @classmethod
     def _ep_spans_all_ranks(cls, ep: int, info: ValidationInfo) -> int:
-        world = info.data.get("tp", 1) * info.data.get("dp", 1)
+        if not _validated(info, "tp", "dp"):
+            return ep
+        world = info.data["tp"] * info.data["dp"]
         if ep not in (1, world):
             raise ValueError(
                 f"ep must be 1 (TP-sharded experts) or tp*dp = {world}"
@@ -150,7 +159,7 @@ class ServingConfig(Spec):
     @field_validator("eplb_redundant_experts")
     @classmethod
     def _eplb_needs_ep(cls, redundant: int, info: ValidationInfo) -> int:
-        if redundant and info.data.get("ep", 1) == 1:
+        if redundant and _validated(info, "ep") and info.data["ep"] == 1:
             raise ValueError(
                 f"{redundant} redundant experts need expert parallelism (ep = tp*dp > 1):"
                 " vLLM's EPLB places extra copies of experts on EP ranks"
@@ -170,7 +179,9 @@ class ServingConfig(Spec):
     @field_validator("all2all_backend")
     @classmethod
     def _all2all_needs_dp_ep(cls, backend: str, info: ValidationInfo) -> str:
-        ep, dp = info.data.get("ep", 1), info.data.get("dp", 1)
+        if not _validated(info, "ep", "dp"):
+            return backend
+        ep, dp = info.data["ep"], info.data["dp"]
         if backend != "generic" and (ep == 1 or dp == 1):
             raise ValueError(
                 f"{backend} dispatches tokens between DP ranks: it needs ep = tp*dp > 1 with"
@@ -181,7 +192,9 @@ class ServingConfig(Spec):
     @field_validator("dcp")
     @classmethod
     def _dcp_divides_tp(cls, dcp: int, info: ValidationInfo) -> int:
-        tp = info.data.get("tp", 1)
+        if not _validated(info, "tp"):
+            return dcp
+        tp = info.data["tp"]
         if tp % dcp:
             raise ValueError(f"dcp {dcp} must divide tp {tp} (DCP reuses the TP ranks)")
         return dcp
