@@ -14,6 +14,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_v
 
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
+from simulator.specs.hardware import LinkBandwidth, Seconds
 from simulator.specs.serving import All2AllBackend, LatentPlacement, ServingConfig
 
 if TYPE_CHECKING:
@@ -150,9 +151,10 @@ class Disaggregation(Spec):
     decode_replicas: PositiveInt = 1
     prefill_prefix_caching: bool = False
     send_back: bool = False
-    link_bw_bytes_per_s: PositiveFloat | None = None  # None: the profile's scale_out
-    link_latency_s: float | None = Field(default=None, ge=0)
-    kv_descriptor_s: float | None = Field(default=None, ge=0)
+    # None: the profile's scale_out; bounded as the profile's links are (limits.py)
+    link_bw_bytes_per_s: LinkBandwidth | None = None
+    link_latency_s: Seconds | None = None
+    kv_descriptor_s: Seconds | None = None
     prefill_serving: PoolServing | None = None
     decode_serving: PoolServing | None = None
 

@@ -154,7 +154,7 @@ class TraceWorkload(_Replay):
     """
 
     kind: Literal["trace"] = "trace"
-    path: str
+    path: Annotated[str, Field(min_length=1)]  # "" would name the scenario's own folder
     format: Literal["agentic", "mooncake", "azure"] | None = None
     time_scale: PositiveFloat = 1.0
     skip_bad: bool = False
