@@ -365,3 +365,9 @@ def check_workers(workers: int, local: bool = True) -> None:
 
 def gib(x: float) -> str:
     return f"{x / GIB:,.1f}"
+
+
+def pool_gib(kv_bytes: float) -> str:
+    """The KV + state pool in GiB; a negative one (weights and reserves past the budget) as
+    the shortfall it is, not as a pool of minus that size."""
+    return f"{gib(kv_bytes)} GiB" if kv_bytes >= 0 else f"none: {gib(-kv_bytes)} GiB short"

@@ -9,7 +9,17 @@ import typer
 from rich.table import Table
 
 from simulator import catalog
-from simulator.cli.base import GIB, JsonOpt, app, command, console, gib, print_json, print_pairs
+from simulator.cli.base import (
+    GIB,
+    JsonOpt,
+    app,
+    command,
+    console,
+    gib,
+    pool_gib,
+    print_json,
+    print_pairs,
+)
 from simulator.cli.fit_table import plan_each, print_fit_table
 from simulator.cli.tables import natural_width
 from simulator.specs import (
@@ -212,7 +222,7 @@ def _print_memory_detail(r: Any) -> None:
             else []
         ),
         ("runtime reserve (assumption)", f"{gib(r.runtime_reserve_bytes_per_gpu)} GiB"),
-        ("KV cache + state pool", f"{gib(r.kv_cache_bytes_per_gpu)} GiB"),
+        ("KV cache + state pool", pool_gib(r.kv_cache_bytes_per_gpu)),
         ("KV per token (full attention)", f"{r.kv_bytes_per_token_per_gpu:,.0f} B"),
         (
             f"KV per sequence at {r.context_tokens:,} tokens",

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from simulator.cli.base import console, gib, print_json, print_pairs
+from simulator.cli.base import console, gib, pool_gib, print_json, print_pairs
 from simulator.cli.fit_table import plan_each, print_fit_table
 from simulator.quick_card import QuickCard, QuickEstimate, count_text, estimate
 from simulator.specs import ServingConfig, SpecError
@@ -70,7 +70,7 @@ def _print_comparison(estimates: list[QuickEstimate]) -> None:
             gib(e.usable_memory_bytes),
             gib(e.weight_bytes_per_gpu),
             gib(e.activation_reserve_bytes_per_gpu + e.runtime_reserve_bytes_per_gpu),
-            gib(e.kv_cache_bytes_per_gpu),
+            gib(max(e.kv_cache_bytes_per_gpu, 0.0)),
             f"{e.kv_bytes_per_token_per_gpu:,.0f}" if known else "unknown",
             f"{e.max_seqs_at_context:,}" if e.max_seqs_at_context is not None else "unknown",
         )
@@ -91,7 +91,7 @@ def _print_detail(e: QuickEstimate) -> None:
     rows += [
         ("activation reserve (estimate)", f"{gib(e.activation_reserve_bytes_per_gpu)} GiB"),
         ("runtime reserve (assumption)", f"{gib(e.runtime_reserve_bytes_per_gpu)} GiB"),
-        ("left for the KV cache", f"{gib(e.kv_cache_bytes_per_gpu)} GiB"),
+        ("left for the KV cache", pool_gib(e.kv_cache_bytes_per_gpu)),
     ]
     if e.active_weight_bytes_per_token is not None:
         read = e.active_weight_bytes_per_token / 1e9

@@ -25,6 +25,24 @@ def plan(*args: str) -> tuple[int, str, str]:
 # ----------------------------------------------------------------------------- good runs
 
 
+def test_memory_that_does_not_fit_shows_the_shortfall_not_a_negative_pool() -> None:
+    """Kimi K3 on 3 H200s: the weights alone pass the budget. The table says by how much
+    ("none: N GiB short"), never a pool of minus N GiB; the JSON keeps the arithmetic
+    (budget - weights - reserves, negative) beside ``fits`` false, as docs/memory.md says."""
+    args = ["memory", "--model", "kimi-k3", "--device", "h200", "--tp", "3"]
+    code, stdout, _ = plan(*args)
+    assert code == 0
+    row = next(ln for ln in stdout.splitlines() if "KV cache + state pool" in ln)
+    assert "none:" in row, row
+    assert "-" not in row.split("pool")[1], row
+    code, stdout, _ = plan(*args, "--json")
+    data = json.loads(stdout)
+    assert data["fits"] is False
+    assert data["kv_cache_bytes_per_gpu"] < 0
+    short = -data["kv_cache_bytes_per_gpu"] / 2**30
+    assert f"{short:,.1f} GiB short" in row
+
+
 def test_memory_json_has_the_documented_keys() -> None:
     code, stdout, _ = plan(
         "memory", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8",
