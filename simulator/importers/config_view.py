@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from simulator.specs import limits
 from simulator.specs.loading import SpecError
+
+# keys with a bound of their own (simulator/specs/limits.py)
+_MAXIMA = {"num_hidden_layers": (limits.MAX_LAYERS, "layers of one model")}
 
 
 class ConfigView:
@@ -38,6 +42,8 @@ class ConfigView:
         return self.data[key]
 
     def integer(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
+        """``key`` as an integer of at least ``minimum``, and at most the bound of its key
+        (``num_hidden_layers``: ``limits.MAX_LAYERS``) or else ``limits.MAX_CONFIG_INT``."""
         if default is not None and self.data.get(key) is None:
             return default
         value = self.require(key)
@@ -45,6 +51,10 @@ class ConfigView:
             raise self.error(key, f"expected an integer, got {value!r}")
         if minimum is not None and value < minimum:
             raise self.error(key, f"must be at least {minimum}, got {value}")
+        bound, why = _MAXIMA.get(key, (limits.MAX_CONFIG_INT, "beyond any real model's"))
+        if value > bound:
+            shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
+            raise self.error(key, f"must be at most {bound:,} ({why}), got {shown}")
         return value
 
     def first_int(self, *keys: str) -> int:

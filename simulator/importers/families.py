@@ -24,8 +24,8 @@ def deepseek_moe_layers(cfg: ConfigView, count: int, num_experts: int | None) ->
     i % moe_layer_freq == 0."""
     if not num_experts:
         return []
-    first_dense = cfg.integer("first_k_dense_replace", 0)
-    freq = cfg.integer("moe_layer_freq", 1)
+    first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
+    freq = cfg.integer("moe_layer_freq", 1, minimum=1)
     return [i for i in layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
 
 
@@ -162,7 +162,7 @@ def _qwen_moe_layers(cfg: ConfigView, count: int) -> tuple[int, list[int]]:
     """``num_experts`` and the MoE layers (``layer_range`` numbering) by the Qwen3-MoE rule:
     0-based layer i is sparse if i is not in ``mlp_only_layers`` and (i+1) % step == 0."""
     num_experts = cfg.integer("num_experts", 0)
-    step = cfg.integer("decoder_sparse_step", 1)
+    step = cfg.integer("decoder_sparse_step", 1, minimum=1)
     mlp_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
     moe_layers = [
         i for i in layer_range(count) if num_experts and i - 1 not in mlp_only and i % step == 0
@@ -175,7 +175,7 @@ def _read_qwen(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     if cfg.has("layer_types"):
         mixers = _layer_kinds(cfg, {"full_attention": "gqa", "linear_attention": "gdn"})
     else:
-        interval = cfg.integer("full_attention_interval", 4)
+        interval = cfg.integer("full_attention_interval", 4, minimum=1)
         full = [i for i in layer_range(count) if i % interval == 0]
         mixers = {"gdn": [i for i in layer_range(count) if i % interval], "gqa": full}
         notes.append(f"no layer_types: every {interval}th layer is full attention")

@@ -19,7 +19,7 @@ def base_dtype(text: ConfigView, top: ConfigView) -> WeightPrecision:
         for key in ("torch_dtype", "dtype"):
             if cfg.has(key):
                 dtype = cfg.get(key)
-                if dtype not in _DTYPES:
+                if not isinstance(dtype, str) or dtype not in _DTYPES:
                     raise cfg.error(key, f"unsupported dtype {dtype!r}")
                 return _DTYPES[dtype]
     return "bf16"

@@ -101,7 +101,7 @@ def _positions(pattern: str, chars: str) -> list[int]:
 def _mamba2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     heads = cfg.integer("mamba_num_heads")
     head_dim = cfg.integer("mamba_head_dim")
-    groups = cfg.integer("n_groups")
+    groups = cfg.integer("n_groups", minimum=1)
     if heads % groups:
         raise cfg.error("n_groups", f"{groups} groups do not divide the {heads} mamba heads")
     dtype = cfg.get("mamba_ssm_cache_dtype")
@@ -111,7 +111,7 @@ def _mamba2(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
             "mamba_ssm_cache_dtype absent: fp32, vLLM's default for NemotronH"
             " (NemotronHForCausalLMConfig; vLLM releases before it used float16)"
         )
-    elif dtype in SSM_DTYPES:
+    elif isinstance(dtype, str) and dtype in SSM_DTYPES:
         state = SSM_DTYPES[dtype]
         notes.append(
             f"Mamba2 SSM state {state} (mamba_ssm_cache_dtype {dtype}, which vLLM's"

@@ -41,6 +41,14 @@ MAX_HOST_DRAM_BYTES_PER_GPU = 1e14  # GB300: 2.4e11 per GPU
 MAX_POWER_W = 1e5  # B300: 1,400 W
 MAX_DOMAIN_GPUS = 100_000  # NVL576 (Rubin Ultra) is the largest announced scale-up domain
 
+# Model cards: layers of one model (the released ones have at most a few hundred: Llama 3.1
+# 405B 126, DeepSeek-V3 61 + 1 MTP); an imported card lists every layer, so 10^9 of them
+# filled the memory before any check ran.
+MAX_LAYERS = 10_000
+# Any integer of a config.json (a dimension, a count, a context length): the largest real
+# ones are ~10^7 (context lengths); 10^400 overflowed the arithmetic as an internal error.
+MAX_CONFIG_INT = 10**12
+
 
 def at_most(bound: float, why: str) -> AfterValidator:
     """A field validator: ``value <= bound`` (None passes), else ``'{value} exceeds {bound}:

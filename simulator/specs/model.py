@@ -7,12 +7,15 @@ Layer lists are 1-based, as in the Hugging Face configs they come from
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cached_property
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from simulator.specs import limits
 from simulator.specs.frozen import Spec
+from simulator.specs.limits import at_most
 from simulator.specs.precision import StateDtype, WeightPrecision
 from simulator.specs.sparse import CompressedAttentionConfig, DsaIndexerConfig
 from simulator.specs.vision import VisionConfig
@@ -179,7 +182,7 @@ class LayerLayout(Spec):
     of the two: a Mamba2 or attention block is a mixer on ``mlp_free``, an MoE or MLP block
     is a ``none`` mixer with its MLP."""
 
-    count: PositiveInt
+    count: Annotated[PositiveInt, at_most(limits.MAX_LAYERS, "layers of one model")]
     mixers: dict[LayerKind, list[PositiveInt]]
     moe_layers: list[PositiveInt] = Field(default_factory=list)  # the rest use the dense MLP
     mlp_free: list[PositiveInt] = Field(default_factory=list)  # layers with no MLP at all
@@ -189,7 +192,7 @@ class LayerLayout(Spec):
         seen: list[int] = sorted(i for layers in self.mixers.values() for i in layers)
         if seen != list(range(1, self.count + 1)):
             missing = sorted(set(range(1, self.count + 1)) - set(seen))
-            dup = sorted({i for i in seen if seen.count(i) > 1})
+            dup = sorted(i for i, n in Counter(seen).items() if n > 1)
             extra = sorted(i for i in set(seen) if i > self.count)
             raise ValueError(
                 "mixers must list every layer 1..count exactly once"

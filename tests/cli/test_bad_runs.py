@@ -94,6 +94,20 @@ def hf_config(**fields: Any) -> Callable[[Path], list[str]]:
     return lambda t: ["models", "import", _write(t, "config.json", json.dumps(config))]
 
 
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 512, "num_hidden_layers": 4,
+             "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+             "intermediate_size": 1024, "moe_intermediate_size": 128, "num_experts": 8,
+             "num_experts_per_tok": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+             "torch_dtype": "bfloat16"}  # fmt: skip
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 512, "num_hidden_layers": 4,
+               "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
+               "moe_intermediate_size": 128, "n_routed_experts": 8, "n_shared_experts": 1,
+               "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+               "kv_lora_rank": 64, "q_lora_rank": 96, "qk_nope_head_dim": 32,
+               "qk_rope_head_dim": 16, "v_head_dim": 32, "vocab_size": 1000,
+               "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}  # fmt: skip
+
+
 SIZE = ["size", "--model", "llama-3.1-8b", "--users", "4", "--slo-interactivity", "10"]
 RAGGED = "op,dtype,m,n,k\ngemm,bf16,16,4096,4096\ngemm,bf16,16,4096,4096,7\n"
 
@@ -238,6 +252,25 @@ CORPUS: list[Row] = [
      ["num_attention_heads / num_key_value_heads", "not a multiple"]),
     ("models-vocab-zero", hf_config(vocab_size=0), "config.json",
      ["vocab_size", "greater than 0"]),
+    # a billion layers filled the memory before any check; 10^400 overflowed; a zero layer
+    # step divided by zero; a list as the dtype was unhashable: each an internal error
+    ("models-layers-1e9", hf_config(num_hidden_layers=10**9), "config.json",
+     ["num_hidden_layers", "at most 10,000", "1,000,000,000"]),
+    ("models-layers-401-digits", hf_config(num_hidden_layers=10**400), "config.json",
+     ["num_hidden_layers", "a 401-digit number"]),
+    ("models-vocab-1e15", hf_config(vocab_size=10**15), "config.json",
+     ["vocab_size", "at most 1,000,000,000,000"]),
+    ("models-dtype-list", hf_config(torch_dtype=[4]), "config.json",
+     ["torch_dtype", "unsupported dtype [4]"]),
+    ("models-qwen-sparse-step-0", hf_config(**{**QWEN3_MOE, "decoder_sparse_step": 0}),
+     "config.json",
+     ["decoder_sparse_step", "at least 1, got 0"]),
+    ("models-deepseek-moe-freq-0", hf_config(**{**DEEPSEEK_V3, "moe_layer_freq": 0}),
+     "config.json",
+     ["moe_layer_freq", "at least 1, got 0"]),
+    ("models-deepseek-first-dense-negative",
+     hf_config(**{**DEEPSEEK_V3, "first_k_dense_replace": -1}), "config.json",
+     ["first_k_dense_replace", "at least 0, got -1"]),
     # ---- plan size
     ("size-devices-empty", lambda t: [*SIZE, "--devices", ""], "(arguments)",
      ["devices", "names no device"]),

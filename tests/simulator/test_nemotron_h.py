@@ -259,6 +259,8 @@ def _import(tmp_path: Path, config: dict[str, Any]) -> tuple[int, str]:
         ),
         ({"hybrid_override_pattern": ""}, "hybrid_override_pattern: is empty: no blocks"),
         ({"n_groups": 3}, "n_groups: 3 groups do not divide the 8 mamba heads"),
+        ({"n_groups": 0}, "n_groups: must be at least 1, got 0"),  # divided by zero before
+        ({"mamba_ssm_cache_dtype": [4]}, "mamba_ssm_cache_dtype: unsupported state dtype [4]"),
         ({"mamba_ssm_cache_dtype": "int8"}, "mamba_ssm_cache_dtype: unsupported state dtype"),
     ],
 )
