@@ -25,6 +25,12 @@ def base_dtype(text: ConfigView, top: ConfigView) -> WeightPrecision:
     return "bf16"
 
 
+def _names(q: ConfigView, key: str) -> list[str]:
+    """A list of module names or patterns (absent: none). A string is refused, not read as
+    its characters: ``"abc"`` matched every module holding an a, b or c."""
+    return q.str_list(key) if q.has(key) else []
+
+
 def _hf_pattern_matches(pattern: str, module: str) -> bool:
     """transformers ``modules_to_not_convert``: a substring or a regex matched at the start."""
     if pattern in module:
@@ -82,7 +88,11 @@ def precisions(
 
     if method == "fp8":
         fmt: WeightPrecision = "fp8_block" if q.has("weight_block_size") else "fp8"
-        skip = [str(p) for p in q.get("modules_to_not_convert", [])]
+        if q.has("weight_block_size"):
+            block = q.int_list("weight_block_size")
+            if len(block) != 2 or min(block) < 1:
+                raise q.error("weight_block_size", f"expected [rows, columns] >= 1, got {block}")
+        skip = _names(q, "modules_to_not_convert")
         for g, module in linear.items():
             if g != "lm_head" and not any(_hf_pattern_matches(p, module or "") for p in skip):
                 out[g] = fmt
@@ -91,7 +101,7 @@ def precisions(
             f" embedding, lm_head and the router (a plain parameter, not nn.Linear) stay {base}"
         )
     elif method == "mxfp4":
-        skip = [str(p) for p in q.get("modules_to_not_convert", [])]
+        skip = _names(q, "modules_to_not_convert")
         module = modules.get("routed_experts")
         if "routed_experts" in out and not any(_hf_pattern_matches(p, module or "") for p in skip):
             out["routed_experts"] = "mxfp4"
@@ -100,7 +110,7 @@ def precisions(
             f" embedding and lm_head stay {base} (modules_to_not_convert)"
         )
     elif method == "compressed-tensors":
-        ignore = [str(p) for p in q.get("ignore", [])]
+        ignore = _names(q, "ignore")
         config_groups = q.sub("config_groups")
         for cg_name, cg in config_groups.data.items():
             if not isinstance(cg, dict):

@@ -268,6 +268,16 @@ CORPUS: list[Row] = [
     ("models-deepseek-moe-freq-0", hf_config(**{**DEEPSEEK_V3, "moe_layer_freq": 0}),
      "config.json",
      ["moe_layer_freq", "at least 1, got 0"]),
+    ("models-fp8-block-0", hf_config(**{**DEEPSEEK_V3, "quantization_config": {
+        "quant_method": "fp8", "weight_block_size": [0, 0]}}), "config.json",
+     ["quantization_config.weight_block_size", "[rows, columns] >= 1"]),
+    ("models-fp8-block-huge", hf_config(**{**DEEPSEEK_V3, "quantization_config": {
+        "quant_method": "fp8", "weight_block_size": 1e30}}), "config.json",
+     ["quantization_config.weight_block_size", "list of integers"]),
+    # a string was read as its characters: every module with an a, b or c stayed unquantized
+    ("models-not-convert-string", hf_config(**{**DEEPSEEK_V3, "quantization_config": {
+        "quant_method": "fp8", "modules_to_not_convert": "abc"}}), "config.json",
+     ["quantization_config.modules_to_not_convert", "list of strings"]),
     ("models-deepseek-first-dense-negative",
      hf_config(**{**DEEPSEEK_V3, "first_k_dense_replace": -1}), "config.json",
      ["first_k_dense_replace", "at least 0, got -1"]),
