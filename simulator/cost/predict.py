@@ -65,11 +65,12 @@ OP_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 DEFAULTS: dict[str, dict[str, float]] = {"moe": {"ep": 1.0, "tp": 1.0}}
 # Columns that must be > 0, not just >= 0 (a shape of zero heads or a zero GEMM dimension is
-# no op; the counts divide); cached context (ctx_len, prefix_len) may be 0.
+# no op; the counts divide; a decode attends at least its own token, so ctx_len >= 1: 0 was
+# looked up as log 0); a prefill's cached prefix (prefix_len) may be 0.
 POSITIVE_COLUMNS = frozenset(
     {"m", "n", "k", "num_tokens", "hidden", "inter", "num_experts", "topk", "ep", "tp",
-     "batch", "seq_len", "num_heads", "num_kv_heads", "head_dim", "world_size", "elements",
-     "bytes_per_elem", "bytes"}
+     "batch", "ctx_len", "seq_len", "num_heads", "num_kv_heads", "head_dim", "world_size",
+     "elements", "bytes_per_elem", "bytes"}
 )  # fmt: skip
 KV_DTYPE_OPS = frozenset({"mla_decode", "mla_prefill", "attn_decode"})  # kv_dtype required
 WEIGHT_DTYPE_OPS = frozenset({"gemm", "moe"})  # dtype = weight format, required

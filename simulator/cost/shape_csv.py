@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.cost import ops
+from simulator.specs import limits
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
 
@@ -124,6 +125,14 @@ def numeric_column(
         i = int(np.argmax(low))
         bound = "> 0" if positive else ">= 0"
         raise SpecError(file, cell(int(rows[i]), column), f"must be {bound}, got {raw[i]}")
+    high = vals > limits.MAX_SHAPE_VALUE
+    if high.any():
+        i = int(np.argmax(high))
+        raise SpecError(
+            file, cell(int(rows[i]), column),
+            f"{raw[i]} exceeds {limits.MAX_SHAPE_VALUE:g}: a unit mix-up?"
+            " (simulator/specs/limits.py)",
+        )  # fmt: skip
     if column in INTEGER_COLUMNS:
         fraction = vals != np.round(vals)
         if fraction.any():

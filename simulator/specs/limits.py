@@ -48,6 +48,9 @@ MAX_LAYERS = 10_000
 # Any integer of a config.json (a dimension, a count, a context length): the largest real
 # ones are ~10^7 (context lengths); 10^400 overflowed the arithmetic as an internal error.
 MAX_CONFIG_INT = 10**12
+# A cell of an op-shape or measurement CSV (a dimension, a count, bytes, microseconds): the
+# largest real ones are ~10^11 (bytes of one collective); 1e30 priced to 4.6e28 us.
+MAX_SHAPE_VALUE = 1e13
 
 
 def at_most(bound: float, why: str) -> AfterValidator:
