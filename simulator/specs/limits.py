@@ -51,6 +51,9 @@ MAX_CONFIG_INT = 10**12
 # A cell of an op-shape or measurement CSV (a dimension, a count, bytes, microseconds): the
 # largest real ones are ~10^11 (bytes of one collective); 1e30 priced to 4.6e28 us.
 MAX_SHAPE_VALUE = 1e13
+# A time of a trace record (an arrival, a think or API time; seconds): 10^9 s is 32 years,
+# past any recording; 1e30 made a session span 1e30 s and its arrival rate 6e-30 per s.
+MAX_TRACE_TIME_S = 1e9
 
 
 def at_most(bound: float, why: str) -> AfterValidator:

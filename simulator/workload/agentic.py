@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from simulator.specs import limits
 from simulator.specs.loading import SpecError
 from simulator.workload.request import (
     BlockIds,
@@ -65,7 +66,13 @@ class _Sub:
     entries: tuple[_Req | _Sub, ...]
 
 
-def _number(r: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+def _number(
+    r: dict[str, Any],
+    key: str,
+    where: str,
+    default: float | None = None,
+    maximum: float = limits.MAX_TRACE_TIME_S,
+) -> float:
     value = r.get(key, default)
     if value is None:
         raise ValueError(f"{where}: missing field {key!r}")
@@ -75,6 +82,10 @@ def _number(r: dict[str, Any], key: str, where: str, default: float | None = Non
         raise ValueError(f"{where}.{key}: must be a finite number, got {value}")
     if value < 0:
         raise ValueError(f"{where}.{key}: must be >= 0, got {value}")
+    if value > maximum:  # a session spanning centuries: a unit mix-up, not a trace
+        raise ValueError(
+            f"{where}.{key}: {value:g} exceeds {maximum:g} (simulator/specs/limits.py)"
+        )
     return float(value)
 
 
@@ -182,7 +193,11 @@ def _entries(reqs: Any, ranges: bool, block: int, where: str) -> tuple[_Req | _S
         prev_t = t
         if r.get("type") == "subagent":
             dur = r.get("duration_ms")
-            duration_s = None if dur is None else _number(r, "duration_ms", w) / 1000.0
+            duration_s = (
+                None
+                if dur is None
+                else _number(r, "duration_ms", w, maximum=1e3 * limits.MAX_TRACE_TIME_S) / 1000.0
+            )
             sub = _entries(r.get("requests"), ranges, block, f"{w}.requests")
             key = str(r.get("agent_id", f"subagent{i}"))
             out.append(_Sub(key, t, duration_s, sub))

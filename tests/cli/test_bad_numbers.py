@@ -367,6 +367,13 @@ CORPUS: list[Row] = [
      ["line 1", "in", ">= 1"]),
     ("run-trace-t-inf", run_trace(agentic_trace(t=INF)), "trace.jsonl",
      ["line 1", "requests[0].t", "finite"]),
+    # 1e30 s made a session span 1e30 s: a time past 32 years is a unit mix-up
+    ("run-trace-t-1e30", run_trace(agentic_trace(t=1e30)), "trace.jsonl",
+     ["line 1", "requests[0].t", "exceeds 1e+09"]),
+    ("run-trace-think-1e30", run_trace(agentic_trace(think_time=1e30)), "trace.jsonl",
+     ["line 1", "requests[0].think_time", "exceeds 1e+09"]),
+    ("run-trace-subagent-duration-1e30", run_trace(subagent_trace(duration_ms=1e30)),
+     "trace.jsonl", ["line 1", "requests[1].duration_ms", "exceeds 1e+12"]),
     ("run-trace-azure-nan", run_trace(azure_trace("nan")), "azure.csv",
      ["line 3", "TIMESTAMP", "finite"]),
     # ---- plan run --set: a malformed item, and values checked as the file's are
