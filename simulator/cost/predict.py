@@ -153,6 +153,8 @@ def op_rows(df: pd.DataFrame, profile: HardwareProfile, file: str | Path) -> OpR
         columns[cls] = c
         check_shapes(cls, c, rows, file)
         if cls in ops.COLLECTIVE_CLASSES:
+            # the bytes are given, so the dtype prices nothing; a word there is still a typo
+            string_column(df, "dtype", rows, file, what, ACTIVATION_DTYPES, default="bf16")
             nbytes[rows], world[rows] = c["bytes"], c["world_size"]
             continue
         wbytes: Array | None = None
