@@ -51,7 +51,7 @@ class ConfigView:
             raise self.error(key, f"expected an integer, got {value!r}")
         if minimum is not None and value < minimum:
             raise self.error(key, f"must be at least {minimum}, got {value}")
-        bound, why = _MAXIMA.get(key, (limits.MAX_CONFIG_INT, "beyond any real model's"))
+        bound, why = _MAXIMA.get(key, (limits.MAX_CONFIG_INT, "no real model comes near"))
         if value > bound:
             shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
             raise self.error(key, f"must be at most {bound:,} ({why}), got {shown}")
