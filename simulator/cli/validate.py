@@ -2,6 +2,7 @@
 ``simulator.cli.ops``, which this imports)."""
 
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -190,6 +191,12 @@ def validate_inferencemax(
     console().print(t)
     skipped = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common())
     typer.echo(f"skipped rows: {skipped or 'none'}", err=True)
+    failed = Counter(r.status.removeprefix("not simulated: ") for r in report.results if not r.ok)
+    if failed:
+        typer.echo(
+            "points not simulated: " + ", ".join(f"{n} {s}" for s, n in failed.most_common()),
+            err=True,
+        )
     typer.echo(
         "APE = |sim - measured| / measured; bias = median (sim - measured) / measured"
         " (positive: simulator optimistic)",

@@ -123,6 +123,9 @@ class TransferredModel:
         return self.source.nearest(family)
 
 
+_TINY = 1e-12
+
+
 def spec_distance(kind: str, a: Device, b: Device) -> float:
     """Log distance of two spec sheets in what prices ``kind``: compute peak and memory
     bandwidth for kernels, link bandwidth and latency for collectives."""
@@ -130,7 +133,8 @@ def spec_distance(kind: str, a: Device, b: Device) -> float:
         pairs = [(a.link_bw, b.link_bw), (a.link_latency_s, b.link_latency_s)]
     else:
         pairs = [(a.bf16_peak, b.bf16_peak), (a.memory_bw, b.memory_bw)]
-    return sum(abs(float(np.log(x / y))) for x, y in pairs)
+    # a zero (a profile may give a link no latency) is read as a tiny value, not log 0
+    return sum(abs(float(np.log(max(x, _TINY) / max(y, _TINY)))) for x, y in pairs)
 
 
 def nearest_device(kind: str, candidates: dict[str, Device], target: Device) -> str:

@@ -54,6 +54,9 @@ MAX_SHAPE_VALUE = 1e13
 # A time of a trace record (an arrival, a think or API time; seconds): 10^9 s is 32 years,
 # past any recording; 1e30 made a session span 1e30 s and its arrival rate 6e-30 per s.
 MAX_TRACE_TIME_S = 1e9
+# Concurrency of one measured benchmark point (a validation CSV's conc): 8x the largest in
+# the public sets (8,192, InferenceMAX v1); 10^9 built a billion-request scenario.
+MAX_BENCHMARK_CONCURRENCY = 65_536
 
 
 def at_most(bound: float, why: str) -> AfterValidator:

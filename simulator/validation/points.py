@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from simulator.specs import limits
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import WeightPrecision
@@ -161,7 +162,14 @@ class LoadedPoints:
     rows: int = 0
 
 
-def _number(file: Path, row: int, column: str, text: str, kind: type[float] | type[int]) -> Any:
+def _number(
+    file: Path,
+    row: int,
+    column: str,
+    text: str,
+    kind: type[float] | type[int],
+    maximum: float = math.inf,
+) -> Any:
     try:
         value = kind(text)
     except ValueError:
@@ -169,6 +177,11 @@ def _number(file: Path, row: int, column: str, text: str, kind: type[float] | ty
         raise SpecError(file, f"row {row}, column {column}", f"{text!r} is not {what}") from None
     if not math.isfinite(value) or value <= 0:
         raise SpecError(file, f"row {row}, column {column}", f"must be positive, got {text!r}")
+    if value > maximum:
+        raise SpecError(
+            file, f"row {row}, column {column}",
+            f"{text} exceeds {maximum:,} (simulator/specs/limits.py)",
+        )  # fmt: skip
     return value
 
 
@@ -246,7 +259,7 @@ def load_points(path: str | Path) -> LoadedPoints:
                 weight_precision=tuple(sorted(overrides.items())),
                 engine=serving_engine(card),
                 tp=_number(file, i, "tp", cells["tp"], int),
-                conc=_number(file, i, "conc", cells["conc"], int),
+                conc=_number(file, i, "conc", cells["conc"], int, limits.MAX_BENCHMARK_CONCURRENCY),
                 isl=seq[0],
                 osl=seq[1],
                 interactivity=_number(
@@ -322,6 +335,12 @@ def benchmark_scenario(
     """The InferenceX benchmark client as a scenario: random prompts of ISL/OSL uniform in
     [0.8 x len, len], closed loop at ``conc`` in flight, ``requests_per_conc x conc``
     requests, no warm-up and no time limit (the run lasts until every request finished)."""
+    if requests_per_conc * conc > limits.MAX_GENERATED_REQUESTS:
+        raise SpecError(
+            "(arguments)", "requests-per-conc",
+            f"{requests_per_conc:,} x concurrency {conc:,} = {requests_per_conc * conc:,}"
+            f" requests exceeds {limits.MAX_GENERATED_REQUESTS:,} (simulator/specs/limits.py)",
+        )  # fmt: skip
     workload = RandomPromptWorkload(
         input_tokens=isl,
         output_tokens=osl,

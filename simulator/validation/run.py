@@ -257,6 +257,13 @@ def validate(
         )
         raise SpecError(data, "(points)", why)
     results = run_points(chosen, requests_per_conc, seed, workers, progress, cache_dir)
+    if not any(r.ok for r in results):  # nothing to compare: no honest table
+        common = Counter(r.status.removeprefix("not simulated: ") for r in results).most_common(2)
+        raise SpecError(
+            data, "(points)",
+            f"none of its {len(results):,} points could be simulated: "
+            + "; ".join(f"{status} ({n:,})" for status, n in common),
+        )  # fmt: skip
     return ValidationReport(
         data=Path(data),
         rows=loaded.rows,

@@ -239,6 +239,17 @@ CORPUS: list[Row] = [
     ("validate-inferencemax-seed-negative",
      inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--seed", "-1"), "(arguments)",
      ["seed", "must be >= 0"]),
+    # a billion in flight built a billion-request scenario (exit 1); a point that cannot run
+    # anywhere (tp 3 of 128 heads) left a table of 0 points and exit 0
+    ("validate-inferencemax-conc-1e9",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW.replace(",4,4,", ",4,1000000000,")),
+     "im.csv", ["row 1, column conc", "exceeds 65,536"]),
+    ("validate-inferencemax-requests-beyond-the-cap",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW, "--requests-per-conc", "10000000"),
+     "(arguments)", ["requests-per-conc", "exceeds 10,000,000"]),
+    ("validate-inferencemax-no-point-simulated",
+     inferencemax(INFERENCEMAX_HEADER + INFERENCEMAX_ROW.replace(",4,4,", ",3,4,")), "im.csv",
+     ["(points)", "none of its 1 points could be simulated", "tp 3 does not divide"]),
     ("validate-silicon-seed-negative", lambda t: ["validate", "silicon", "--seed", "-1"],
      "(arguments)", ["seed", "must be >= 0"]),
     # ---- plan models import

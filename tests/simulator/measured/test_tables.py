@@ -359,3 +359,19 @@ def test_the_line_of_a_run_that_priced_no_step_says_so(fixture_tables: Path) -> 
     line = one_line(describe(lat))
     assert "(no step simulated)" in line, line
     assert "( of" not in line
+
+
+def test_a_zero_link_latency_still_finds_a_nearest_device() -> None:
+    """A user's profile may give its link no latency (the spec allows 0): the transfer rule's
+    log distance read it as log 0 and divided by zero (exit 1 on every device without
+    tables). A zero is a tiny latency: finite, and nearest to the lowest-latency link."""
+    from simulator.measured.device import nearest_device, spec_distance
+    from simulator.measured.work import Device
+
+    def dev(name: str, latency_s: float) -> Device:
+        return Device(name, {}, 1e15, 3e12, 4e11, latency_s)
+
+    zero = dev("mine", 0.0)
+    assert np.isfinite(spec_distance("allreduce", zero, dev("a", 2e-6)))
+    assert np.isfinite(spec_distance("allreduce", zero, zero))
+    assert nearest_device("allreduce", {"a": dev("a", 5e-6), "b": dev("b", 1e-6)}, zero) == "b"
