@@ -18,6 +18,12 @@ from simulator.specs.limits import at_most
 from simulator.specs.precision import ComputeDtype
 
 _UNITS = "a unit mix-up? (bounds: simulator/specs/limits.py)"
+# the system folders of aiconfigurator-core 0.12.0's systems/data/ (measured_tables names one;
+# a folder a pinned data copy lacks falls back to the transfer, as docs/measured.md says)
+MEASURED_SYSTEMS = (
+    "a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300",
+    "h100_pcie", "h100_sxm", "h200_sxm", "l4", "l40s", "rtx_pro_6000_server",
+)  # fmt: skip
 Flops = Annotated[PositiveFloat, at_most(limits.MAX_PEAK_FLOPS_PER_S, _UNITS)]
 MemoryBytes = Annotated[PositiveFloat, at_most(limits.MAX_MEMORY_BYTES, _UNITS)]
 LinkBandwidth = Annotated[PositiveFloat, at_most(limits.MAX_LINK_BW_BYTES_PER_S, _UNITS)]
@@ -133,6 +139,16 @@ class HardwareProfile(Spec):
     power_w: Annotated[PositiveFloat, at_most(limits.MAX_POWER_W, _UNITS)]
     roofline: RooflinePriors
     sources: dict[str, str]  # field name -> where its number comes from
+
+    @field_validator("measured_tables")
+    @classmethod
+    def _known_system(cls, system: str | None) -> str | None:
+        if system is not None and system not in MEASURED_SYSTEMS:
+            raise ValueError(
+                f"unknown system {system!r}: not a folder of aiconfigurator-core's"
+                f" systems/data; known: {', '.join(MEASURED_SYSTEMS)}"
+            )
+        return system
 
     @field_validator("sources")
     @classmethod

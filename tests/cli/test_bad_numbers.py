@@ -352,6 +352,10 @@ CORPUS: list[Row] = [
     # ---- plan run: the device and the card it names
     ("run-profile-all-inf", lambda t: run_(device=profile_(t, everything=INF))(t), "gpu.yaml",
      ["finite"]),
+    # a typo read no tables and the run went on transferred from another device, unsaid
+    ("run-profile-measured-tables-typo",
+     lambda t: run_(device=profile_(t, measured_tables="h100_sxn"))(t), "gpu.yaml",
+     ["measured_tables", "unknown system 'h100_sxn'", "h100_sxm"]),
     ("run-profile-latency-nan",
      lambda t: run_(device=profile_(t, scale_up={"latency_s": NAN}))(t), "gpu.yaml",
      ["scale_up.latency_s", "finite"]),
