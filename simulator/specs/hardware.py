@@ -14,7 +14,7 @@ from pydantic import (
 
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
-from simulator.specs.limits import at_most
+from simulator.specs.limits import at_least, at_most
 from simulator.specs.precision import ComputeDtype
 
 _UNITS = "a unit mix-up? (bounds: simulator/specs/limits.py)"
@@ -24,9 +24,18 @@ MEASURED_SYSTEMS = (
     "a100_pcie", "a100_sxm", "a30", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300",
     "h100_pcie", "h100_sxm", "h200_sxm", "l4", "l40s", "rtx_pro_6000_server",
 )  # fmt: skip
-Flops = Annotated[PositiveFloat, at_most(limits.MAX_PEAK_FLOPS_PER_S, _UNITS)]
+Flops = Annotated[
+    PositiveFloat,
+    at_most(limits.MAX_PEAK_FLOPS_PER_S, _UNITS),
+    at_least(limits.MIN_PEAK_FLOPS_PER_S, _UNITS),
+]
 MemoryBytes = Annotated[PositiveFloat, at_most(limits.MAX_MEMORY_BYTES, _UNITS)]
-LinkBandwidth = Annotated[PositiveFloat, at_most(limits.MAX_LINK_BW_BYTES_PER_S, _UNITS)]
+LinkBandwidth = Annotated[
+    PositiveFloat,
+    at_most(limits.MAX_LINK_BW_BYTES_PER_S, _UNITS),
+    at_least(limits.MIN_LINK_BW_BYTES_PER_S, _UNITS),
+]
+Efficiency = Annotated[float, Field(gt=0, le=1), at_least(limits.MIN_EFFICIENCY, _UNITS)]
 Seconds = Annotated[float, Field(ge=0), at_most(limits.MAX_LATENCY_S, _UNITS)]
 
 # unified: CPU and GPU share one memory (Apple silicon); the "host link" is that memory
@@ -72,10 +81,10 @@ class RooflinePriors(Spec):
     + kernel_launch_s. Each value is an assumption or a measurement; `sources.roofline` says which.
     """
 
-    gemm_compute_efficiency: float = Field(gt=0, le=1)
-    attention_compute_efficiency: float = Field(gt=0, le=1)
-    memory_efficiency: float = Field(gt=0, le=1)
-    link_efficiency: float = Field(gt=0, le=1)  # collectives: achieved / peak link bandwidth
+    gemm_compute_efficiency: Efficiency
+    attention_compute_efficiency: Efficiency
+    memory_efficiency: Efficiency
+    link_efficiency: Efficiency  # collectives: achieved / peak link bandwidth
     kernel_launch_s: Seconds
     # The host costs below have no default: a profile that left one out would be priced with
     # no host work at all (TTFT and small-batch steps optimistic, silently), so each must be
@@ -126,7 +135,9 @@ class HardwareProfile(Spec):
     # caps GPU-wired memory, sysctl iogpu.wired_limit_mb); None: dedicated device memory
     os_reserve_bytes: MemoryBytes | None = None
     memory_bw_bytes_per_s: Annotated[
-        PositiveFloat, at_most(limits.MAX_MEMORY_BW_BYTES_PER_S, _UNITS)
+        PositiveFloat,
+        at_most(limits.MAX_MEMORY_BW_BYTES_PER_S, _UNITS),
+        at_least(limits.MIN_MEMORY_BW_BYTES_PER_S, _UNITS),
     ]
     scale_up: ScaleUpLink | None  # None: PCIe card without a GPU-to-GPU fabric
     host_link: Link

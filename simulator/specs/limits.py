@@ -40,6 +40,12 @@ MAX_LATENCY_S = 1.0  # every link and kernel latency of the profiles is below 1e
 MAX_HOST_DRAM_BYTES_PER_GPU = 1e14  # GB300: 2.4e11 per GPU
 MAX_POWER_W = 1e5  # B300: 1,400 W
 MAX_DOMAIN_GPUS = 100_000  # NVL576 (Rubin Ultra) is the largest announced scale-up domain
+# ... and the lower bounds, far below the slowest part a profile could describe (a laptop
+# GPU: ~1e13 FLOP/s, 1e11 B/s): 1e-30 B/s priced a step at 6e37 s and a run of nothing.
+MIN_PEAK_FLOPS_PER_S = 1e9
+MIN_MEMORY_BW_BYTES_PER_S = 1e8
+MIN_LINK_BW_BYTES_PER_S = 1e6
+MIN_EFFICIENCY = 1e-3  # of a roofline efficiency (the profiles' lowest: 0.40)
 
 # Model cards: layers of one model (the released ones have at most a few hundred: Llama 3.1
 # 405B 126, DeepSeek-V3 61 + 1 MTP); an imported card lists every layer, so 10^9 of them
@@ -66,6 +72,18 @@ def at_most(bound: float, why: str) -> AfterValidator:
     def check(value: Any) -> Any:
         if value is not None and value > bound:
             raise ValueError(f"{_num(value)} exceeds {_num(bound)}: {why}")
+        return value
+
+    return AfterValidator(check)
+
+
+def at_least(bound: float, why: str) -> AfterValidator:
+    """A field validator: ``value >= bound`` (None passes), else ``'{value} is below {bound}:
+    {why}'``."""
+
+    def check(value: Any) -> Any:
+        if value is not None and value < bound:
+            raise ValueError(f"{_num(value)} is below {_num(bound)}: {why}")
         return value
 
     return AfterValidator(check)

@@ -352,6 +352,19 @@ CORPUS: list[Row] = [
     # ---- plan run: the device and the card it names
     ("run-profile-all-inf", lambda t: run_(device=profile_(t, everything=INF))(t), "gpu.yaml",
      ["finite"]),
+    # 1e-30 priced a step at 6e37 s (and a run that served nothing exited 0)
+    ("run-profile-bandwidth-1e-30",
+     lambda t: run_(device=profile_(t, memory_bw_bytes_per_s=1e-30))(t), "gpu.yaml",
+     ["memory_bw_bytes_per_s", "is below 1e+08"]),
+    ("run-profile-peak-1e3",
+     lambda t: run_(device=profile_(t, peak_flops_per_s={"bf16": 1e3}))(t), "gpu.yaml",
+     ["peak_flops_per_s.bf16", "is below 1e+09"]),
+    ("run-profile-efficiency-1e-30",
+     lambda t: run_(device=profile_(t, roofline={"memory_efficiency": 1e-30}))(t), "gpu.yaml",
+     ["roofline.memory_efficiency", "is below 0.001"]),
+    ("run-profile-link-1e-30",
+     lambda t: run_(device=profile_(t, scale_up={"bw_bytes_per_s": 1e-30}))(t), "gpu.yaml",
+     ["scale_up.bw_bytes_per_s", "is below 1e+06"]),
     # a typo read no tables and the run went on transferred from another device, unsaid
     ("run-profile-measured-tables-typo",
      lambda t: run_(device=profile_(t, measured_tables="h100_sxn"))(t), "gpu.yaml",
