@@ -168,11 +168,19 @@ class ServingConfig(Spec):
 
     @field_validator("moe_load_imbalance")
     @classmethod
-    def _imbalance_at_least_one(cls, imbalance: float) -> float:
+    def _imbalance_at_least_one(cls, imbalance: float, info: ValidationInfo) -> float:
         if imbalance < 1.0:
             raise ValueError(
                 f"must be >= 1 (the busiest EP rank's routed pairs over the mean rank's; 1 ="
                 f" balanced: no rank is below the mean), got {imbalance:g}"
+            )
+        if not _validated(info, "ep"):
+            return imbalance
+        ep = info.data["ep"]  # ep 1: no effect (every rank runs every expert's share)
+        if ep > 1 and imbalance > ep:
+            raise ValueError(
+                f"{imbalance:g} exceeds ep {ep}: the busiest of {ep} ranks holds at most all"
+                f" the pairs, {ep}x the mean"
             )
         return imbalance
 

@@ -287,6 +287,12 @@ def test_tp1_rank_split_is_the_replicated_layout(card: ModelCard) -> None:
             "greater than or equal to 0",
         ),
         ({"moe_load_imbalance": 0.9}, "moe_load_imbalance", "must be >= 1 (the busiest EP rank"),
+        # the busiest of 8 ranks holds at most all the pairs: 1e30 priced without a bound
+        (
+            {"moe_load_imbalance": 9.0, "tp": 1, "dp": 8, "ep": 8},
+            "moe_load_imbalance",
+            "exceeds ep 8",
+        ),
         ({"all2all_backend": "deepep_low_latency", "tp": 8, "ep": 8}, "all2all_backend", "dp > 1"),
         ({"all2all_backend": "pplx"}, "all2all_backend", "generic"),
         ({"latent_moe_projection": "sharded"}, "latent_moe_projection", "rank_split"),
