@@ -1,5 +1,6 @@
 """`plan step`: one engine step's time, by category and op."""
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -14,16 +15,20 @@ from simulator.specs import HardwareProfile, ModelCard, ServingConfig, SpecError
 # ------------------------------------------------------------------------------------ step
 
 
+# ASCII digits only: int() also takes ' 1_000', '+5' and other scripts' digits, and '100@'
+# read as prefix 0
+_PREFILL = re.compile(r"(?:([0-9]+)x)?([0-9]+)(?:@([0-9]+))?")
+
+
 def _parse_prefill(spec: str) -> tuple[int, int, int]:
     """``[COUNTx]TOKENS[@PREFIX]`` -> (count, new tokens, cached prefix)."""
-    count, _, rest = spec.rpartition("x") if "x" in spec else ("1", "", spec)
-    tokens, _, prefix = rest.partition("@")
-    try:
-        values = int(count), int(tokens), int(prefix or 0)
-    except ValueError:
+    match = _PREFILL.fullmatch(spec)
+    if match is None:
         raise SpecError(
             "(arguments)", "prefill", f"{spec!r} is not [COUNTx]TOKENS[@PREFIX], e.g. 4x2048@50000"
-        ) from None
+        )
+    count, tokens, prefix = match.groups()
+    values = int(count or 1), int(tokens), int(prefix or 0)
     if values[0] < 1 or values[1] < 1 or values[2] < 0:
         raise SpecError("(arguments)", "prefill", f"{spec!r}: counts and tokens must be positive")
     return values
@@ -44,10 +49,12 @@ def _check_fits(
     budget, seqs = batch_limits(profile, cfg)
     longest = effective_max_model_len(card, cfg)
     requests = decode + sum(n for n, _, _ in chunks)
+    # the options the count came from (a step of prefills alone was blamed on --decode)
+    given = " / ".join(name for name, n in (("decode", decode), ("prefill", chunks)) if n)
     if requests > seqs:
         raise SpecError(
             "(arguments)",
-            "decode",
+            given,
             f"{requests:,} requests in one step exceed max_num_seqs {seqs:,}",
         )
     if decode and context + 1 > longest:
@@ -66,6 +73,16 @@ def _check_fits(
                 f"{n:,} x {tokens:,} tokens exceed max_num_batched_tokens {budget:,} (vLLM"
                 " chunks a prompt to the budget)",
             )  # fmt: skip
+    # the step as a whole: every decode's tokens (1 + the drafts) and every chunk share one
+    # budget (checked per --prefill before: 1,000 decodes beside a 7,500-token chunk priced)
+    decode_tokens = decode * (1 + cfg.num_speculative_tokens)
+    total = decode_tokens + sum(n * tokens for n, tokens, _ in chunks)
+    if total > budget:
+        raise SpecError(
+            "(arguments)", given,
+            f"{decode_tokens:,} decode + {total - decode_tokens:,} prefill tokens ="
+            f" {total:,} exceed max_num_batched_tokens {budget:,}",
+        )  # fmt: skip
 
 
 @command(app, "step", short_help="One engine step's time, by category and op.")

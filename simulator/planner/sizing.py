@@ -97,7 +97,7 @@ def _workload(request: SizeRequest, base: Path) -> dict[str, Any]:
     path = Path(kind)
     if not path.is_absolute():
         path = base / path
-    if not path.exists():
+    if not kind.strip() or not path.exists():  # '' would name the current folder
         raise SpecError(
             "(arguments)",
             "workload",

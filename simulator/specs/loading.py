@@ -333,6 +333,13 @@ def parse_yaml(text: str, file: str | Path) -> Any:
         where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(file, where, f"invalid YAML: {problem}") from None
+    except ValueError as exc:  # a value the constructors cannot make (Python's int limit)
+        problem = (
+            "an integer of more than 4,300 digits (no spec number is that long)"
+            if "integer string conversion" in str(exc)
+            else str(exc).splitlines()[0]
+        )
+        raise SpecError(file, "(yaml)", f"invalid YAML value: {problem}") from None
 
 
 def read_yaml(path: str | Path) -> Any:

@@ -394,6 +394,12 @@ CORPUS: list[Row] = [
     ("run-trace-azure-nan", run_trace(azure_trace("nan")), "azure.csv",
      ["line 3", "TIMESTAMP", "finite"]),
     # ---- plan run --set: a malformed item, and values checked as the file's are
+    # PyYAML's int() refused it past Python's 4,300-digit limit: an internal error before
+    ("run-seed-5000-digits", lambda t: [*run_()(t), "--set", "seed=" + "1" * 5000],
+     "(arguments)", ["set", "an integer of more than 4,300 digits"]),
+    ("run-file-seed-5000-digits",
+     lambda t: ["run", _write(t, "s.yaml", yaml.safe_dump(SCENARIO) + "seed: " + "1" * 5000)],
+     "s.yaml", ["(yaml)", "an integer of more than 4,300 digits"]),
     ("run-set-no-equals", set_("serving.tp"), "(arguments)", ["set", "'serving.tp' has no '='"]),
     ("run-set-empty-key", set_("=4"), "(arguments)", ["set", "empty key"]),
     ("run-set-empty-part", set_("serving..tp=4"), "(arguments)", ["set", "empty part"]),

@@ -211,6 +211,20 @@ CORPUS: list[Row] = [
      ["prefill", "exceed max_model_len"]),
     ("step-chunk-beyond-budget", lambda t: [*STEP, "--prefill", "4x8192"], "(arguments)",
      ["prefill", "4 x 8,192 tokens exceed max_num_batched_tokens"]),
+    # the budget is the step's: each chunk fitting alone priced 8,500 tokens in one step
+    ("step-decodes-and-chunk-beyond-budget",
+     lambda t: [*STEP, "--decode", "1000", "--prefill", "7500"], "(arguments)",
+     ["decode / prefill", "1,000 decode + 7,500 prefill tokens = 8,500 exceed"]),
+    ("step-chunks-beyond-budget-together",
+     lambda t: [*STEP, "--prefill", "4x2048", "--prefill", "1"], "(arguments)",
+     ["prefill", "8,193 exceed max_num_batched_tokens"]),
+    # int() took these: a prefix left empty read as 0, another script's digits as numbers
+    *[(f"step-prefill-syntax-{i}", lambda t, v=v: [*STEP, "--prefill", v], "(arguments)",
+       ["prefill", "is not [COUNTx]TOKENS[@PREFIX]"])
+      for i, v in enumerate(["100@", "2x100@", "\u0661\u0662\u0663", "1 x 100", "+100", "1_000"])],
+    # a step of prefills alone was blamed on --decode
+    ("step-prefills-beyond-max-num-seqs", lambda t: [*STEP, "--prefill", "2000x1"],
+     "(arguments)", ["prefill", "2,000 requests", "max_num_seqs"]),
     ("step-decode-at-context-zero",
      lambda t: [*STEP, "--decode", "1", "--context", "0"], "(arguments)",
      ["context", "at least its prompt"]),
@@ -293,6 +307,9 @@ CORPUS: list[Row] = [
      hf_config(**{**DEEPSEEK_V3, "first_k_dense_replace": -1}), "config.json",
      ["first_k_dense_replace", "at least 0, got -1"]),
     # ---- plan size
+    # '' named the current folder, and a JSON file there was read as the trace
+    ("size-workload-empty", lambda t: [*SIZE, "--workload", ""], "(arguments)",
+     ["workload", "'' is neither a built-in workload"]),
     ("size-devices-empty", lambda t: [*SIZE, "--devices", ""], "(arguments)",
      ["devices", "names no device"]),
     ("size-devices-commas", lambda t: [*SIZE, "--devices", " , "], "(arguments)",
