@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.specs import limits
 from simulator.specs.frozen import Frozen
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError
@@ -32,7 +33,10 @@ from simulator.specs.serving import ServingConfig
 from simulator.specs.vision import MAX_ACTIVATION_BYTES_PER_IMAGE, MAX_PARAMS
 
 ARGS = "(arguments)"
-MAX_LAYERS = 10_000  # 30x the deepest model shipped (Kimi K3: 93 layers)
+MAX_LAYERS = limits.MAX_LAYERS  # the deepest model shipped: a few hundred layers
+# fewer parameters than this is a count given in billions or millions (74, not 74e9):
+# --params 0.5 held 1 byte of weights and "fit"
+MIN_PARAMS = 1e6
 MAX_WIDTH = 1_000_000  # hidden size, KV heads, head dim: far beyond any model
 ROT_HEAD_DIM = 128  # head_dim assumed when the KV width of the rule of thumb is split by TP
 POWERS_OF_TWO: tuple[int, ...] = tuple(1 << i for i in range(10))
@@ -95,6 +99,10 @@ def quick_card(
 ) -> QuickCard:
     """The quick card of these flags, or a SpecError naming the flag and the reason."""
     _number("--params", params, MAX_PARAMS)
+    if params < MIN_PARAMS:
+        raise SpecError(
+            ARGS, "--params", f"{params:g} is below {MIN_PARAMS:.0e}: give the count itself (74e9)"
+        )
     if precision is None:
         raise SpecError(ARGS, "--precision", "a quick card (--params) needs the weight format")
     _number("--active-params", active_params, MAX_PARAMS)
@@ -375,7 +383,13 @@ def estimate(
         f"the budget of {m.budget / gib:,.1f} GiB ({serving.gpu_memory_utilization:g} x"
         f" {device.usable_memory_bytes / gib:,.1f} GiB usable)"
     )
-    if m.weights > m.budget:
+    if serving.max_model_len is not None and context_tokens > serving.max_model_len:
+        fits = False  # as plan_memory: vLLM rejects the requests (it was read as fitting)
+        reason = (
+            f"context {context_tokens:,} tokens exceeds max_model_len {serving.max_model_len:,}"
+            " (serving.max_model_len): vLLM rejects longer requests"
+        )
+    elif m.weights > m.budget:
         fits, reason = False, f"{weights} exceed {budget}"
     elif kv_bytes <= 0:
         reserves = m.budget - m.weights - kv_bytes

@@ -169,6 +169,10 @@ CORPUS: list[tuple[str, Callable[[Path], list[str]], str, list[str]]] = [
      ["--precision", "needs the weight format"]),
     ("active-beyond-total", lambda t: [*Q, "--active-params", "8e10"], "(arguments)",
      ["--active-params", "80e9 exceeds --params 74e9"]),
+    # half a parameter held 1 byte of weights and "fit": a count given in billions
+    ("params-below-a-million", lambda t: ["memory", "--params", "0.5", "--precision", "bf16",
+                                          "--device", "h100"], "(arguments)",
+     ["--params", "below 1e+06", "74e9"]),
     ("active-zero", lambda t: [*Q, "--active-params", "0"], "(arguments)",
      ["--active-params", "> 0"]),
     ("vision-negative", lambda t: [*Q, "--vision-params=-5"], "(arguments)",
@@ -226,3 +230,17 @@ def test_bad_input_is_one_line_and_exit_2(
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     assert "Traceback" not in stdout + stderr
+
+
+def test_an_estimate_past_max_model_len_does_not_fit() -> None:
+    """As a card's plan memory: a context beyond --max-model-len is refused by vLLM, so the
+    quick card does not fit (it said "model alone fits")."""
+    args = ["memory", "--params", "8e9", "--precision", "bf16", "--device", "h100", "--json"]
+    code, stdout, _ = plan(*args)
+    assert code == 0
+    assert json.loads(stdout)["fits"] is True
+    code, stdout, _ = plan(*args, "--max-model-len", "100")
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["fits"] is False
+    assert "exceeds max_model_len 100" in data["fits_reason"]
