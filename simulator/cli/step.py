@@ -119,6 +119,7 @@ def step(
     from simulator.cost.step import StepCostModel
     from simulator.deployment import batch_limits, check_deployment, check_device
     from simulator.measured.device import basis_of
+    from simulator.memory import plan_memory
 
     for flag, value in (("decode", decode), ("context", context), ("top", top)):
         if value < 0:
@@ -144,6 +145,14 @@ def step(
     except SpecError as exc:
         raise SpecError(source, exc.field, exc.reason) from None
     _check_fits(card, profile, cfg, decode, context, chunks)
+    # a step of a model that cannot be loaded here is still priced as asked, and said so
+    memory = plan_memory(card, profile, cfg, context_tokens=1)
+    if not memory.fits:
+        typer.echo(
+            f"note: {card.name} does not fit on {profile.name} at tp {cfg.tp}"
+            f" ({memory.fits_reason}): no vLLM server runs this step",
+            err=True,
+        )
     q = 1 + cfg.num_speculative_tokens
     new = [q] * decode + [t for n, t, _ in chunks for _ in range(n)]
     ctx = [context] * decode + [p for n, _, p in chunks for _ in range(n)]
@@ -162,6 +171,8 @@ def step(
         "decode_tokens_per_s_per_user": (1.0 / cost.seconds) if decode else None,
         "latency_sources": {c: latency.source(c) for c in classes},
         "tables_basis": basis_of(profile, latency.tables),
+        "fits": memory.fits,
+        "fits_reason": memory.fits_reason,
         "moe_kernel": cfg.moe_kernel,
         "extrapolated_queries": dict(latency.extrapolations),
         "ops": [

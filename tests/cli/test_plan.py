@@ -410,3 +410,22 @@ def test_run_bad_scenario_is_one_line(tmp_path: Path, text: str, field: str) -> 
     assert len(stderr.strip().splitlines()) == 1
     assert str(f) in stderr
     assert field in stderr
+
+
+def test_step_of_a_model_that_does_not_fit_says_so() -> None:
+    """Kimi K3 on one M4 Max: the step is priced as asked, and the JSON and a note on stderr
+    say no server runs it (it printed a step time of a model that cannot be loaded, unsaid)."""
+    code, stdout, stderr = plan(
+        "step", "--model", "kimi-k3", "--device", "m4-max", "--decode", "8", "--context",
+        "4096", "--json",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["fits"] is False
+    assert "weights exceed" in data["fits_reason"]
+    assert "does not fit on m4-max" in stderr
+    code, stdout, stderr = plan(
+        "step", "--model", "llama-3.1-8b", "--device", "h100", "--decode", "8", "--json"
+    )
+    assert json.loads(stdout)["fits"] is True
+    assert "does not fit" not in stderr
