@@ -76,6 +76,7 @@ def search(
     """SLO-constrained search: best configuration per device, tokens per dollar, a report."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from simulator.planner.answer import refused_note
     from simulator.planner.run_count import check_run_count, count_runs, seeds_text
     from simulator.planner.search import (
         SEARCH_FILES,
@@ -161,12 +162,16 @@ def search(
                 },
                 "search": space.search,
                 "seeds": space.seeds,
+                "refused_note": refused_note(runs),
                 "pruned": pruned_df.to_dict(orient="records"),
                 "files": [str(p) for p in paths],
             }
         )
         return
     print_answer(space, best, runs, pruned)
+    refused = refused_note(runs)
+    if refused:
+        typer.echo(refused, err=True)
     typer.echo(f"{found.simulations} simulations ({seeds_text(space)})", err=True)
     typer.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
 

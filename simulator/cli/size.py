@@ -73,6 +73,7 @@ def size(
         TimeRemainingColumn,
     )
 
+    from simulator.planner.answer import refused_note
     from simulator.planner.report_tables import plural
     from simulator.planner.run_count import seeds_text
     from simulator.planner.sizing import SizeRequest, run_size
@@ -148,6 +149,9 @@ def size(
         many = plural(int(top.replicas), "deployment")
         typer.echo(f"\ndeploy {top.config_id} ({many} of this; all in deploy.sh):")
         typer.echo(result.commands[top.config_id])
+    refused = refused_note(result.runs)
+    if refused:
+        typer.echo(refused, err=True)
     typer.echo(f"{result.simulations:,} simulations ({seeds_text(result.space)})", err=True)
     if result.report_dir is not None:
         typer.echo(f"wrote {result.report_dir}/size.md, deploy.sh, report.html", err=True)

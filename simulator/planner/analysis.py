@@ -108,6 +108,8 @@ def runs_table(
                     "preemptions": _mean(reps, "preemptions"),
                     **{k: r.get(k) for k in POOL_COLUMNS},
                     "requests_finished": _mean(reps, "requests_finished"),
+                    # the worst seed's share of requests refused (past max_model_len)
+                    "refused_share": max(_refused_share(x) for x in reps),
                     "requests_per_s": _mean(
                         [{"v": x["requests_finished"] / x["window_s"]} for x in reps], "v"
                     ),
@@ -125,6 +127,15 @@ def runs_table(
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _refused_share(summary: dict[str, Any]) -> float:
+    refused = summary.get("requests_rejected", 0)
+    total = refused + sum(
+        summary.get(k, 0)
+        for k in ("requests_finished", "requests_in_flight_at_end", "requests_waiting_at_end")
+    )
+    return refused / total if total else 0.0
 
 
 # figure columns the runs table takes from ``replicates.aggregate`` (mean and interval)

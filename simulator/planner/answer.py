@@ -52,6 +52,21 @@ def sources_caveat(devices: list[str]) -> str:
 # ------------------------------------------------------------------------------ the answer
 
 
+def refused_note(runs: Any) -> str | None:
+    """A line when some runs refused requests (prompts past max_model_len, vLLM's 400): their
+    figures are of the requests they served, so the answer rests on a narrower workload."""
+    if "refused_share" not in getattr(runs, "columns", ()):
+        return None
+    share = runs["refused_share"]
+    if not (share > 0).any():
+        return None
+    return (
+        f"note: {int((share > 0).sum()):,} of {len(runs):,} simulated points refused requests"
+        f" longer than the deployment's max_model_len (up to {share.max():.0%} of a run's):"
+        " their figures are of the requests served, not of the whole workload"
+    )
+
+
 def slo_text(space: SearchSpace) -> str:
     slo = space.slo
     parts = []

@@ -83,6 +83,7 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
 def as_json(result: SizeResult) -> dict[str, Any]:
     """The answer as ``plan size --json`` prints it and size.json holds it."""
     from simulator.output_files import finite
+    from simulator.planner.answer import refused_note
     from simulator.planner.uncertainty import stated_error
 
     data: dict[str, Any] = finite(
@@ -92,6 +93,7 @@ def as_json(result: SizeResult) -> dict[str, Any]:
             "not_served": result.not_served,
             "commands": result.commands,
             "simulations": result.simulations,
+            "refused_note": refused_note(result.runs),
             "stated_error": {d: stated_error(d) for d in result.space.devices},
             "space": result.space.model_dump(mode="json"),
         }

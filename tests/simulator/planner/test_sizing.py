@@ -194,3 +194,24 @@ def test_a_trace_path_is_replayed_as_a_closed_loop(tmp_path: Path) -> None:
     # relative to the folder given, not to wherever the process happens to run
     with pytest.raises(SpecError, match="neither a built-in workload"):
         base_space(request, base=tmp_path / "traces")
+
+
+def test_runs_that_refused_requests_are_said_so() -> None:
+    """A point whose requests outgrow max_model_len is judged on the requests it served: the
+    runs table keeps the worst seed's refused share and the answer adds a note (plan size on
+    130k-token prompts sized a fleet on 62 % of the workload, unsaid)."""
+    import pandas as pd
+
+    from simulator.planner.analysis import _refused_share
+    from simulator.planner.answer import refused_note
+
+    ran = {"requests_rejected": 10, "requests_finished": 25, "requests_in_flight_at_end": 4,
+           "requests_waiting_at_end": 1}  # fmt: skip
+    assert _refused_share(ran) == pytest.approx(0.25)
+    assert _refused_share({"requests_finished": 0}) == 0.0
+    assert refused_note(pd.DataFrame({"refused_share": [0.0, 0.0]})) is None
+    assert refused_note(pd.DataFrame({"other": [1]})) is None
+    note = refused_note(pd.DataFrame({"refused_share": [0.0, 0.25, 0.1]}))
+    assert note is not None
+    assert "2 of 3 simulated points" in note
+    assert "up to 25%" in note
