@@ -111,5 +111,6 @@ def test_pruned_configurations_are_grouped_by_reason_with_counts(
 def test_the_json_answer_keeps_its_keys(searched: tuple[dict[str, Any], str, str]) -> None:
     answer, _, _ = searched
     assert set(answer) == {"best", "runs", "simulations", "planned", "search", "seeds",
-                           "pruned", "files"}  # fmt: skip
+                           "refused_note", "pruned", "files"}  # fmt: skip
+    assert answer["refused_note"] is None  # every request of these points fits
     assert answer["runs"] == 2 * 2 * 2  # two devices x two tp1 configurations x two loads
