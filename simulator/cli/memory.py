@@ -163,7 +163,7 @@ def memory(
     ]
     if params is not None:
         from simulator.cli.quick_memory import run_quick_card
-        from simulator.quick_card import quick_card
+        from simulator.quick_flags import quick_card
 
         qc = quick_card(
             params, precision, active_params, vision_params, vision_precision,

@@ -8,7 +8,8 @@ from rich.table import Table
 
 from simulator.cli.base import console, gib, pool_gib, print_json, print_pairs
 from simulator.cli.fit_table import plan_each, print_fit_table
-from simulator.quick_card import QuickCard, QuickEstimate, count_text, estimate
+from simulator.quick_card import QuickEstimate, estimate
+from simulator.quick_flags import QuickCard, count_text
 from simulator.specs import ServingConfig, SpecError
 from simulator.specs.hardware import HardwareProfile
 
