@@ -291,7 +291,8 @@ SetOpt = Annotated[
         "--set",
         metavar="KEY=VALUE",
         help="Change a field of the file before it is checked, e.g. serving.tp=4,"
-        " workload.sessions=200, devices=[b300,h200] (the value is YAML; repeatable).",
+        " workload.sessions=200; of a search space also devices=[b300,h200] (the value is"
+        " YAML; repeatable).",
     ),
 ]
 
