@@ -138,6 +138,9 @@ def memory(
             raise SpecError(
                 "(arguments)", given[0], "a quick-card option: use it with --params, not --model"
             )
+    twice = sorted({d for d in device or [] if (device or []).count(d) > 1})
+    if twice:  # as plan size's --devices: one row each, or a typo
+        raise SpecError("(arguments)", "device", f"{twice[0]!r} is given twice")
     devices = (
         [catalog.hardware_profile(d) for d in device]
         if device

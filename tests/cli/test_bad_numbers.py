@@ -472,6 +472,8 @@ CORPUS: list[Row] = [
     ("search-max-runs-zero", lambda t: [*search_()(t), "--max-runs", "0"], "(arguments)",
      ["max_runs"]),
     # ---- plan memory
+    ("memory-device-twice", lambda t: [*MEM, "--device", "h100"], "(arguments)",
+     ["device", "'h100' is given twice"]),
     ("memory-block-size-7", lambda t: [*MEM, "--block-size", "7"], "(arguments)",
      ["serving.block_size_tokens", "power of two"]),
     ("memory-block-size-512", lambda t: [*MEM, "--block-size", "512"], "(arguments)",
