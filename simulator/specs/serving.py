@@ -26,7 +26,11 @@ LatentPlacement = Literal["replicated", "rank_split"]  # latent-MoE projections 
 
 class SpeculativeConfig(Spec):
     method: Literal["mtp", "eagle", "draft_model", "ngram"]
-    num_speculative_tokens: PositiveInt
+    # draft tokens a step verifies: vLLM's proposers run 1-8 (each an extra drafter pass);
+    # 1,000 priced a 1.5 s step
+    num_speculative_tokens: Annotated[
+        PositiveInt, at_most(64, "draft tokens per step (vLLM's proposers run 1-8)")
+    ]
     # i.i.d. per-token acceptance a, or the mean accepted length per step; one of the two
     acceptance_rate: float | None = Field(default=None, gt=0, lt=1)
     mean_acceptance_length: float | None = Field(default=None, ge=1)
@@ -78,7 +82,10 @@ class ServingConfig(Spec):
     max_num_seqs: PositiveInt | None = None  # None: vLLM default by device memory
     # --api-server-count: API-server processes of the deployment, which tokenize prompts
     # side by side (roofline.frontend_s_per_prompt_token). None: vLLM's default, one per DP rank
-    api_server_count: PositiveInt | None = None
+    api_server_count: (
+        Annotated[PositiveInt, at_most(MAX_REPLICAS, "API server processes of one deployment")]
+        | None
+    ) = None
     # --max-model-len: longest prompt + max_tokens a request may ask for (vLLM answers HTTP
     # 400 beyond it). None: the card's max_context_tokens; more than that is refused
     # (deployment.check_deployment: the card is needed to check it)
