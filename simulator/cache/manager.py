@@ -64,12 +64,17 @@ class KVCacheManager:
         # scheduler can keep a blocked request's PrefixHit while the version is unchanged
         self.version = 0
 
-    def count_only(self, prefix_caching_ok: bool = False) -> None:
+    def count_only(self) -> None:
         """Swap the empty pool for a :class:`CountingPool`: without prefix caching no block
         is ever cached, so none is ever found and only how many are free matters. Refused with
         prefix caching (a preempted request finds its own blocks again: ``defer_identities``
         counts only until then) or blocks in use."""
-        if (self.config.prefix_caching and not prefix_caching_ok) or self.pool.num_used:
+        if self.config.prefix_caching:
+            raise ValueError("only an empty pool without prefix caching can count")
+        self._count()
+
+    def _count(self) -> None:
+        if self.pool.num_used:
             raise ValueError("only an empty pool without prefix caching can count")
         self.pool = CountingPool(self.pool.num_blocks, num_kinds=3)
 
@@ -85,7 +90,7 @@ class KVCacheManager:
         in a fresh one. Random prompts and other one-request sessions cache real ids only when
         a preempted request names its blocks, so a run without preemption counts throughout
         (``tests/simulator/cache/test_counting_pool.py`` runs both ways)."""
-        self.count_only(prefix_caching_ok=True)
+        self._count()
         self.deferred = True
 
     def _full_pool(self) -> BlockPool:
