@@ -45,6 +45,7 @@ side, ``remote_hit_rate``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -61,6 +62,17 @@ from simulator.window import (
     window_end,
     window_tokens,
 )
+
+# the counts a run's requests end in, one each (Summary's fields)
+REQUEST_OUTCOMES = (
+    "requests_rejected", "requests_finished", "requests_in_flight_at_end",
+    "requests_waiting_at_end",
+)  # fmt: skip
+
+
+def requests_seen(summary: Mapping[str, Any]) -> int:
+    """Every request a run saw (a Summary's fields, dumped): refused, finished or not yet."""
+    return int(sum(summary.get(k, 0) for k in REQUEST_OUTCOMES))
 
 
 class Summary(Frozen):

@@ -248,13 +248,11 @@ def _run(
             " them (a longer run or more requests read steadier figures)"
         )
     if s.requests_rejected:
+        from simulator.metrics import requests_seen
         from simulator.states import Status
 
         first = next((r for r in result.recorder.requests if r.status is Status.REJECTED), None)
-        total = (
-            s.requests_rejected + s.requests_finished + s.requests_in_flight_at_end
-            + s.requests_waiting_at_end
-        )  # fmt: skip
+        total = requests_seen(s.model_dump())
         example = f"; e.g. request {first.req_id}: {first.reject_reason}" if first else ""
         typer.echo(
             f"  note: {s.requests_rejected:,} of {total:,} requests"

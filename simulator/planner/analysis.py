@@ -18,6 +18,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from simulator import catalog
+from simulator.metrics import requests_seen
 from simulator.planner.expand import Candidate, Pruned, disaggregation_text
 from simulator.planner.replicates import FIGURES, aggregate, passes, seeds_of, variant
 from simulator.planner.space import KNOBS, SearchSpace
@@ -130,12 +131,8 @@ def runs_table(
 
 
 def _refused_share(summary: dict[str, Any]) -> float:
-    refused = summary.get("requests_rejected", 0)
-    total = refused + sum(
-        summary.get(k, 0)
-        for k in ("requests_finished", "requests_in_flight_at_end", "requests_waiting_at_end")
-    )
-    return refused / total if total else 0.0
+    total = requests_seen(summary)
+    return summary.get("requests_rejected", 0) / total if total else 0.0
 
 
 # figure columns the runs table takes from ``replicates.aggregate`` (mean and interval)
