@@ -2,7 +2,6 @@
 ``simulator.cli.ops``, which this imports)."""
 
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -191,7 +190,7 @@ def validate_inferencemax(
     console().print(t)
     skipped = ", ".join(f"{n} {reason}" for reason, n in report.skipped.most_common())
     typer.echo(f"skipped rows: {skipped or 'none'}", err=True)
-    failed = Counter(r.status.removeprefix("not simulated: ") for r in report.results if not r.ok)
+    failed = v.not_simulated(report.results)
     if failed:
         typer.echo(
             "points not simulated: " + ", ".join(f"{n} {s}" for s, n in failed.most_common()),

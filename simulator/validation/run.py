@@ -258,7 +258,7 @@ def validate(
         raise SpecError(data, "(points)", why)
     results = run_points(chosen, requests_per_conc, seed, workers, progress, cache_dir)
     if not any(r.ok for r in results):  # nothing to compare: no honest table
-        common = Counter(r.status.removeprefix("not simulated: ") for r in results).most_common(2)
+        common = not_simulated(results).most_common(2)
         raise SpecError(
             data, "(points)",
             f"none of its {len(results):,} points could be simulated: "
@@ -276,6 +276,11 @@ def validate(
         groups=aggregate(results),
         totals=overall(results),
     )
+
+
+def not_simulated(results: Iterable[PointResult]) -> Counter[str]:
+    """Why points were not simulated, with how many each (the reasons without the prefix)."""
+    return Counter(r.status.removeprefix("not simulated: ") for r in results if not r.ok)
 
 
 class HasRow(Protocol):
