@@ -13,7 +13,6 @@ from simulator.specs.precision import WEIGHT_FORMATS, WeightPrecision
 from simulator.specs.vision import MAX_ACTIVATION_BYTES_PER_IMAGE, MAX_PARAMS
 
 ARGS = "(arguments)"
-MAX_LAYERS = limits.MAX_LAYERS  # the deepest model shipped: a few hundred layers
 # fewer parameters than this is a count given in billions or millions (74, not 74e9):
 # --params 0.5 held 1 byte of weights and "fit"
 MIN_PARAMS = 1e6
@@ -101,7 +100,7 @@ def quick_card(
         raise SpecError(
             ARGS, "--vision-activation-bytes-per-image", "given without --vision-params"
         )
-    _number("--layers", layers, MAX_LAYERS)
+    _number("--layers", layers, limits.MAX_LAYERS)
     for flag, value in (("--hidden", hidden_size), ("--kv-heads", kv_heads)):
         _number(flag, value, MAX_WIDTH)
     _number("--head-dim", head_dim, MAX_WIDTH)

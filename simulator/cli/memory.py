@@ -1,6 +1,7 @@
 """`plan memory` and `plan demo`."""
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -138,7 +139,7 @@ def memory(
             raise SpecError(
                 "(arguments)", given[0], "a quick-card option: use it with --params, not --model"
             )
-    twice = sorted({d for d in device or [] if (device or []).count(d) > 1})
+    twice = [d for d, n in Counter(device or []).items() if n > 1]
     if twice:  # as plan size's --devices: one row each, or a typo
         raise SpecError("(arguments)", "device", f"{twice[0]!r} is given twice")
     devices = (
