@@ -375,3 +375,20 @@ def test_a_zero_link_latency_still_finds_a_nearest_device() -> None:
     assert np.isfinite(spec_distance("allreduce", zero, dev("a", 2e-6)))
     assert np.isfinite(spec_distance("allreduce", zero, zero))
     assert nearest_device("allreduce", {"a": dev("a", 5e-6), "b": dev("b", 1e-6)}, zero) == "b"
+
+
+def test_the_known_systems_are_the_installed_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measured_tables`` is checked against a list written down (specs/hardware.py), so a
+    package of another version with other system folders must show here, not as a profile
+    refused or a typo let through."""
+    from simulator.measured.package import ENV_DATA_DIR, TESTED_VERSION
+    from simulator.specs.hardware import MEASURED_SYSTEMS
+
+    monkeypatch.delenv(ENV_DATA_DIR, raising=False)
+    source = data_source()
+    if source is None:
+        pytest.skip("the measured extra (aiconfigurator-core) is not installed")
+    if source.package_version != TESTED_VERSION:
+        pytest.skip(f"aiconfigurator-core {source.package_version}, not {TESTED_VERSION}")
+    folders = sorted(p.name for p in source.root.iterdir() if p.is_dir())
+    assert list(MEASURED_SYSTEMS) == folders
