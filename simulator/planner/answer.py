@@ -55,7 +55,7 @@ def sources_caveat(devices: list[str]) -> str:
 def refused_note(runs: Any) -> str | None:
     """A line when some runs refused requests (prompts past max_model_len, vLLM's 400): their
     figures are of the requests they served, so the answer rests on a narrower workload."""
-    if "refused_share" not in getattr(runs, "columns", ()):
+    if "refused_share" not in runs.columns:  # a search with no run has no columns
         return None
     share = runs["refused_share"]
     if not (share > 0).any():
