@@ -10,10 +10,12 @@ workload rather than the server (speculative acceptance, think times) is not a f
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
 from simulator import catalog
 from simulator.deployment import batch_limits
+from simulator.specs.pools import Pool
 from simulator.specs.scenario import Scenario
 from simulator.specs.serving import ServingConfig
 
@@ -22,6 +24,10 @@ GIB = float(1 << 30)
 SPEC_METHODS = {"mtp": "mtp", "eagle": "eagle", "draft_model": "draft_model", "ngram": "ngram"}
 # methods whose draft weights vLLM needs named: left for the user to fill in
 DRAFT_MODEL = "<draft model: fill in>"
+# a multi-host instance's head address, left for the user; the DP RPC port is vLLM's
+# documented example value (any free port the hosts agree on)
+HEAD_IP = "<head host IP: fill in>"
+DP_RPC_PORT = 13345
 
 
 def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[str]:
@@ -73,20 +79,97 @@ def serve_flags(hf_id: str, serving: ServingConfig, device_name: str) -> list[st
     return args
 
 
+def across_hosts(args: list[str], serving: ServingConfig, device_name: str) -> list[str]:
+    """``args`` as the lines that start one instance of ``serving`` (tp x dp GPUs) on its
+    hosts: unchanged (one line) where a host holds the instance, else the head host's line
+    with vLLM's multi-node flags and a comment saying what the other hosts run. A tensor-
+    parallel group wider than a host (NVL72: 4 GPUs a compute tray) uses the multiprocessing
+    backend's ``--nnodes`` / ``--node-rank`` / ``--master-addr`` (``--headless`` off the
+    head); data-parallel ranks spread over hosts use ``--data-parallel-size-local`` and
+    ``--data-parallel-address`` (``--headless --data-parallel-start-rank`` off the head)."""
+    scale_up = catalog.hardware_profile(device_name).scale_up
+    per_host = scale_up.host_gpus if scale_up is not None else serving.tp * serving.dp
+    if serving.tp * serving.dp <= per_host or args[:2] != ["vllm", "serve"]:
+        return [_join(args)]
+    if serving.tp <= per_host:
+        local = per_host // serving.tp
+        hosts = math.ceil(serving.dp / local)
+        head = [
+            *args,
+            "--data-parallel-size-local",
+            str(local),
+            "--data-parallel-address",
+            HEAD_IP,
+            "--data-parallel-rpc-port",
+            str(DP_RPC_PORT),
+        ]
+        others = _others(hosts, "--headless --data-parallel-start-rank", local)
+        note = (
+            f"# one instance spans {hosts} hosts of {per_host} GPUs ({local} DP ranks each):"
+            f" this line on the head host; {others}"
+        )
+        if serving.dp % local:
+            note += f" (the last host: --data-parallel-size-local {serving.dp % local})"
+        return [note, _join(head)]
+    if serving.dp > 1:
+        note = (
+            f"# tp {serving.tp} spans hosts of {per_host} GPUs and dp is {serving.dp}: the"
+            " multi-node flags of this layout are not written here (vLLM's data-parallel"
+            " deployment docs); the line below is the instance's flags"
+        )
+        return [note, _join(args)]
+    hosts = math.ceil(serving.tp / per_host)
+    head = [
+        *args,
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        str(hosts),
+        "--node-rank",
+        "0",
+        "--master-addr",
+        HEAD_IP,
+    ]
+    note = (
+        f"# one instance spans {hosts} hosts of {per_host} GPUs: this line on the head host;"
+        f" {_others(hosts, '--headless --node-rank', 1)}"
+    )
+    return [note, _join(head)]
+
+
+def _others(hosts: int, flags: str, step: int) -> str:
+    """What the hosts after the head run: the head's line with ``flags`` and the host's rank
+    (host N's: N x ``step``)."""
+    if hosts == 2:
+        return f"on the other host the same line with {flags} {step}"
+    rank = "N" if step == 1 else f"{step}N"
+    return f"on host N (1-{hosts - 1}) the same line with {flags} {rank}"
+
+
 def vllm_serve_command(scenario: Scenario) -> str:
-    """The shell command (several for a disaggregated deployment, one per pool)."""
+    """The shell command (several for a disaggregated deployment, one per pool; an instance
+    wider than one host adds the multi-node flags, :func:`across_hosts`)."""
     card = catalog.model_card(scenario.model)
     # a card's hf_id may carry a note after the repository id ("deepseek-ai/DeepSeek-V3
     # (DeepSeek-R1 identical architecture)"): the id is its first word
-    args = serve_flags(card.hf_id.split(" ")[0], scenario.serving, scenario.device)
+    hf_id = card.hf_id.split(" ")[0]
     d = scenario.disaggregation
     if d is None:
-        return _join(args)
+        serving = scenario.serving
+        return "\n".join(
+            across_hosts(serve_flags(hf_id, serving, scenario.device), serving, scenario.device)
+        )
     lines = []
-    for role, count in (("prefill", d.prefill_replicas), ("decode", d.decode_replicas)):
-        transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    pools: tuple[tuple[Pool, int], ...] = (
+        ("prefill", d.prefill_replicas),
+        ("decode", d.decode_replicas),
+    )
+    for role, count in pools:
+        serving = d.pool_serving(scenario.serving, role)  # a pool's own parallelism, if any
+        args = [*serve_flags(hf_id, serving, scenario.device), "--kv-transfer-config", transfer]
         lines.append(f"# {role}: {count} replica{'s' if count > 1 else ''} of this")
-        lines.append(_join([*args, "--kv-transfer-config", transfer]))
+        lines += across_hosts(args, serving, scenario.device)
     return "\n".join(lines)
 
 

@@ -10,7 +10,9 @@ fleet's USD per hour, and the ``vllm serve`` line that deploys it (:mod:`deploy`
 The defaults (docs/sizing.md gives the reasons):
 
 - devices: every device the cost model prices (one without a price cannot be ranked);
-- tensor parallel: the smallest TP of 1, 2, 4, 8 whose weights fit with KV room, and 8;
+- tensor parallel: the smallest TP of 1, 2, 4, 8 (16, 32, 64 within a rack-scale domain such
+  as NVL72) whose weights fit with KV room, and 8; twice the smallest where it is 8 or more
+  and the domain holds it (:func:`tp_tried`);
 - decode context parallel: 1 and TP for models with MLA layers on the agentic workload;
 - CPU KV offload, agentic workload only: off, and half the host DRAM per GPU x TP (the
   profile's ``host_dram_bytes_per_gpu``, itself an assumption each profile names);
@@ -44,7 +46,10 @@ if TYPE_CHECKING:
 
     from simulator.planner.search import Batch
 
-TP_CHOICES = (1, 2, 4, 8)
+# tensor-parallel sizes tried, within the device's scale-up domain: past 8 only on rack-scale
+# domains (NVL72), where a model too large for 8 GPUs still runs on one NVLink fabric
+TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+BOARD_TP = 8  # the widest TP of one 8-GPU board (HGX / OAM), the default's second size
 MIN_USERS = 8
 WORKLOADS = ("agentic", "chat", "random")
 SESSIONS = 1000  # generated sessions per run (closed loop: enough for every window)
@@ -162,7 +167,7 @@ def device_sweeps(space: SearchSpace, device: str, source: str) -> list[dict[str
     agentic = space.workload.kind in ("agentic", "trace")
     per_gpu = math.floor(profile.host_dram_bytes_per_gpu / 2 / 2**30) * 2**30
     sweeps = []
-    for tp in sorted({fits[0], fits[-1]}):
+    for tp in tp_tried(fits):
         sweep: dict[str, list[Any]] = {"tp": [tp]}
         if mla and agentic and tp > 1:
             sweep["dcp"] = [1, tp]
@@ -170,6 +175,18 @@ def device_sweeps(space: SearchSpace, device: str, source: str) -> list[dict[str
             sweep["cpu_offload_bytes"] = [0.0, float(per_gpu * tp)]
         sweeps.append(sweep)
     return sweeps
+
+
+def tp_tried(fits: list[int]) -> list[int]:
+    """The TPs sized among ``fits`` (those whose weights fit with KV room, ascending): the
+    smallest, and the widest up to a board's 8 (or the smallest, if that is wider); where the
+    smallest is 8 or more (a model that fills a board, on a rack-scale domain), also twice
+    it: on NVL72 the next size adds KV room and decode bandwidth on the same fabric."""
+    small = fits[0]
+    tried = {small, max(t for t in fits if t <= max(small, BOARD_TP))}
+    if small >= BOARD_TP and 2 * small in fits:
+        tried.add(2 * small)
+    return sorted(tried)
 
 
 def plan_candidates(

@@ -72,6 +72,23 @@ class Link(Spec):
 class ScaleUpLink(Link):
     # GPUs reachable over this link (8 in an HGX box, 72 in NVL72)
     domain_size: Annotated[PositiveInt, at_most(limits.MAX_DOMAIN_GPUS, _UNITS)]
+    # GPUs of one host (one operating system, one vLLM node) inside the domain: 4 on an NVL72
+    # compute tray; None: one host holds the whole domain (an HGX or OAM box). No step price
+    # reads it: it decides whether a deployment's `vllm serve` spans hosts (--nnodes)
+    gpus_per_host: PositiveInt | None = None
+
+    @field_validator("gpus_per_host")
+    @classmethod
+    def _hosts_tile_the_domain(cls, per_host: int | None, info: ValidationInfo) -> int | None:
+        domain = info.data.get("domain_size")
+        if per_host is not None and domain is not None and domain % per_host:
+            raise ValueError(f"{per_host} does not divide domain_size {domain}")
+        return per_host
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs one host holds (the whole domain unless ``gpus_per_host`` says less)."""
+        return self.gpus_per_host or self.domain_size
 
 
 class RooflinePriors(Spec):

@@ -381,6 +381,10 @@ CORPUS: list[Row] = [
     ("run-profile-domain-true",
      lambda t: run_(device=profile_(t, scale_up={"domain_size": True}))(t), "gpu.yaml",
      ["scale_up.domain_size", "boolean"]),
+    # hosts of 5 GPUs cannot tile an 8-GPU domain: the deploy line would start a partial host
+    ("run-profile-hosts-untiled",
+     lambda t: run_(device=profile_(t, scale_up={"gpus_per_host": 5}))(t), "gpu.yaml",
+     ["scale_up.gpus_per_host", "5 does not divide domain_size 8"]),
     ("run-card-zero-heads", lambda t: run_(model=card_(t, gqa={"num_heads": 0}))(t), "card.yaml",
      ["gqa.num_heads"]),
     ("run-card-hidden-inf", lambda t: run_(model=card_(t, hidden_size=INF))(t), "card.yaml",

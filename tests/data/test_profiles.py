@@ -160,6 +160,7 @@ def test_nvl72_domains() -> None:
         p = hardware_profile(device)
         assert p.scale_up is not None
         assert p.scale_up.domain_size == 72
+        assert p.scale_up.host_gpus == 4  # a compute tray: a TP8 instance spans two hosts
         assert p.host_link.kind == "nvlink_c2c"
 
 

@@ -14,6 +14,7 @@ from simulator.planner.sizing import (
     devices_for,
     plan_candidates,
     run_size,
+    tp_tried,
 )
 from simulator.specs import Scenario, SpecError
 
@@ -37,8 +38,26 @@ def sweep_of(model: str, device: str, workload: str = "agentic") -> dict[str, li
     [
         # an MLA hybrid on agentic traffic: one node, DCP off/on, offload off/half the host
         ("kimi-k3", "mi355x", "agentic", [8], [1, 8], [0.0, 1.0 * TIB]),
-        # GB300's host is 240 GB per GPU: half of it, whole GiB, times 8
-        ("kimi-k3", "gb300", "agentic", [8], [1, 8], [0.0, 8 * 111 * 2**30]),
+        # GB300's host is 240 GB per GPU: half of it, whole GiB, times the TP; a model that
+        # fills a board also tries twice the TP on the NVL72 fabric
+        (
+            "kimi-k3",
+            "gb300",
+            "agentic",
+            [8, 16],
+            [1, 8, 16],
+            [0.0, 8 * 111 * 2**30, 16 * 111 * 2**30],
+        ),
+        # GB200 (186 GB) needs 12 GPUs for Kimi K3: TP16 and TP32 within the rack, where a
+        # board-sized TP list called it "does not fit" (plan memory: fits on 16x gb200)
+        (
+            "kimi-k3",
+            "gb200",
+            "agentic",
+            [16, 32],
+            [1, 16, 32],
+            [0.0, 16 * 111 * 2**30, 32 * 111 * 2**30],
+        ),
         # a small GQA model: the smallest TP that fits and a node; no DCP, no offload on random
         ("llama-3.1-8b", "h100", "random", [1, 8], [1], [0.0]),
         # a GQA model on agentic traffic: offload yes, DCP no (the rule is for MLA)
@@ -48,6 +67,22 @@ def sweep_of(model: str, device: str, workload: str = "agentic") -> dict[str, li
 def test_candidate_rules(model, device, workload, tp, dcp, offload) -> None:
     got = sweep_of(model, device, workload)
     assert (got["tp"], got["dcp"], got["offload"]) == (tp, dcp, offload)
+
+
+@pytest.mark.parametrize(
+    ("fits", "tried"),
+    [
+        ([1, 2, 4, 8], [1, 8]),  # a small model: the smallest TP and a board
+        ([8], [8]),  # an HGX box that the model fills
+        ([2, 4, 8, 16, 32, 64], [2, 8]),  # NVL72, a small model: no wider than a board
+        ([8, 16, 32, 64], [8, 16]),  # NVL72, a model that fills a board: twice it too
+        ([16, 32, 64], [16, 32]),  # NVL72, weights past one board
+        ([32, 64], [32, 64]),
+        ([16], [16]),  # nothing wider fits the domain
+    ],
+)
+def test_tp_tried(fits, tried) -> None:
+    assert tp_tried(fits) == tried
 
 
 def test_a_device_that_cannot_hold_the_weights_is_only_pruned() -> None:
@@ -106,6 +141,70 @@ def test_vllm_serve_flags(serving, present, absent) -> None:
         assert flag in flat, flag
     for flag in absent:
         assert flag not in flat, flag
+
+
+def _serve(device: str, serving: dict[str, object], **extra: object) -> list[str]:
+    """The deploy text's lines: comments as they are, each command as one flat line."""
+    scenario = Scenario.model_validate({
+        "name": "d", "model": "kimi-k3", "device": device, "serving": serving,
+        "workload": {"kind": "agentic", "sessions": 10, "concurrency": 4}, **extra,
+    })  # fmt: skip
+    text = vllm_serve_command(scenario).replace("\\\n", " ")
+    return [ln if ln.startswith("#") else " ".join(shlex.split(ln)) for ln in text.split("\n")]
+
+
+@pytest.mark.parametrize(
+    ("device", "serving", "head", "others"),
+    [
+        # NVL72 hosts hold 4 GPUs: a TP16 instance is 4 hosts of the multiprocessing backend
+        ("gb200", {"tp": 16}, ["--tensor-parallel-size 16", "--distributed-executor-backend mp",
+         "--nnodes 4 --node-rank 0 --master-addr <head host IP: fill in>"],
+         "on host N (1-3) the same line with --headless --node-rank N"),
+        ("gb300", {"tp": 8}, ["--nnodes 2 --node-rank 0"],
+         "on the other host the same line with --headless --node-rank 1"),
+        # wide EP: 72 DP ranks of TP1, 4 a host
+        ("gb300", {"tp": 1, "dp": 72, "ep": 72}, ["--data-parallel-size 72",
+         "--data-parallel-size-local 4 --data-parallel-address <head host IP: fill in>"
+         " --data-parallel-rpc-port 13345"],
+         "on host N (1-17) the same line with --headless --data-parallel-start-rank 4N"),
+        # 6 ranks of TP2 on hosts of 4: two a host, three hosts
+        ("gb300", {"tp": 2, "dp": 6}, ["--data-parallel-size-local 2"],
+         "on host N (1-2) the same line with --headless --data-parallel-start-rank 2N"),
+    ],
+)  # fmt: skip
+def test_an_instance_wider_than_a_host_gets_the_multi_node_flags(
+    device, serving, head, others
+) -> None:
+    note, line = _serve(device, serving)
+    assert note.startswith("# one instance spans")
+    assert note.endswith(others)
+    assert line.startswith("vllm serve moonshotai/Kimi-K3")
+    for flags in head:
+        assert flags in line, flags
+
+
+@pytest.mark.parametrize(
+    ("device", "serving"),
+    [("mi355x", {"tp": 8}), ("h200", {"tp": 4, "dp": 2}), ("gb300", {"tp": 4})],
+)
+def test_an_instance_on_one_host_is_one_line(device, serving) -> None:
+    (line,) = _serve(device, serving)
+    assert "--nnodes" not in line
+    assert "--data-parallel-address" not in line
+
+
+def test_a_pool_of_its_own_parallelism_deploys_with_it() -> None:
+    lines = _serve("gb300", {"tp": 8}, disaggregation={
+        "prefill_replicas": 2, "decode_replicas": 1, "prefill_serving": {"tp": 4},
+        "decode_serving": {"tp": 1, "dp": 16, "ep": 16}})  # fmt: skip
+    prefill, decode = (
+        lines.index("# prefill: 2 replicas of this"),
+        lines.index("# decode: 1 replica of this"),
+    )
+    assert "--tensor-parallel-size 4" in lines[prefill + 1]  # one host: one line
+    assert "--data-parallel-size 16" in lines[decode + 2]
+    assert "--data-parallel-size-local 4" in lines[decode + 2]
+    assert all("NixlConnector" in lines[i] for i in (prefill + 1, decode + 2))
 
 
 def test_a_small_sizing_end_to_end(tmp_path: Path) -> None:
