@@ -18,6 +18,9 @@ import simulator
 from simulator.outputs import abort_open
 from simulator.specs import SpecError
 
+# package data (pyproject: simulator examples/*.yaml), so that `pip install` users have them
+EXAMPLES_DIR = Path(simulator.__file__).resolve().parent / "examples"
+
 if TYPE_CHECKING:  # rich is imported when a table is printed: plan run --json needs none
     from rich.console import Console
 
@@ -306,6 +309,29 @@ def spec_kind(data: Any) -> str | None:
     if one == many:
         return None
     return "scenario" if one else "search space"
+
+
+def read_spec(path: Path) -> Any:
+    """``read_yaml`` of a scenario or search-space file; a bare name that is no file but
+    names a shipped example says how to run that example (``plan run`` or ``plan search``)."""
+    from simulator.specs.loading import read_yaml
+
+    try:
+        return read_yaml(path)
+    except SpecError as exc:
+        name = path.name.removesuffix(".yaml")
+        example = EXAMPLES_DIR / f"{name}.yaml"
+        if not exc.reason.startswith("no such file") or path.parent != Path():
+            raise
+        if not name or not example.is_file():
+            raise
+        kind = spec_kind(read_yaml(example))
+        raise SpecError(
+            path, "(file)",
+            f"no such file; {name} is a built-in example ({kind}):"
+            f" {'plan search' if kind == 'search space' else 'plan run'} {example}"
+            f" (plan examples copy {name} writes a copy to edit)",
+        ) from None  # fmt: skip
 
 
 def check_kind(data: Any, file: Path, want: str) -> None:

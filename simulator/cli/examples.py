@@ -8,12 +8,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, app, command, console, make_typer, print_json, spec_kind
+from simulator.cli.base import (
+    EXAMPLES_DIR,
+    JsonOpt,
+    app,
+    command,
+    console,
+    make_typer,
+    print_json,
+    spec_kind,
+)
 from simulator.specs import SpecError
 from simulator.specs.loading import parse_yaml, read_text
-
-# package data (pyproject: simulator examples/*.yaml), so that `pip install` users have them
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 
 examples_app = make_typer(
     "Example scenarios and search spaces: list them, copy them out to edit and run.",

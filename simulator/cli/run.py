@@ -17,10 +17,11 @@ from simulator.cli.base import (
     command,
     print_json,
     print_pairs,
+    read_spec,
 )
 from simulator.outputs import OutputFolder
 from simulator.specs import Scenario, SpecError
-from simulator.specs.loading import parse, read_yaml
+from simulator.specs.loading import parse
 from simulator.specs.overrides import apply_overrides, blamed
 
 # below this many requests finished in the window, plan run says its TTFT tail is rough:
@@ -96,7 +97,7 @@ def run(
         raise SpecError(
             "(arguments)", "format", "sets the format of the tables --out writes; give --out DIR"
         )
-    raw = read_yaml(scenario_file)
+    raw = read_spec(scenario_file)
     sets = sets or []
     data = apply_overrides(raw, sets, "(arguments)") if sets and isinstance(raw, dict) else raw
     check_kind(data, scenario_file, "scenario")

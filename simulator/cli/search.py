@@ -17,12 +17,13 @@ from simulator.cli.base import (
     command,
     console,
     print_json,
+    read_spec,
 )
 from simulator.cli.tables import natural_width
 from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
 from simulator.specs.limits import MAX_SEARCH_RUNS
-from simulator.specs.loading import parse, read_yaml
+from simulator.specs.loading import parse
 from simulator.specs.overrides import apply_overrides, blamed
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def search(
         raise SpecError("(arguments)", "seeds", f"must be at least 1, got {seeds}")
     if max_runs < 1:
         raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
-    raw = read_yaml(space_file)
+    raw = read_spec(space_file)
     data = apply_overrides(raw, sets, "(arguments)") if sets and isinstance(raw, dict) else raw
     check_kind(data, space_file, "search space")
     # an error of a value that --set gave names (arguments), not the file

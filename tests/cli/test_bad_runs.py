@@ -339,6 +339,17 @@ CORPUS: list[Row] = [
      "(arguments)", ["seed", "does not apply to a trace file"]),
     ("stats-agentic-t-backwards", stats_(agentic_trace(t=4.0)), "trace.jsonl",
      ["line 1", "requests[1].t: 3 s goes backwards (the entry before is at 4 s)"]),
+    # ---- an example's name where a file is wanted: say how to run the example
+    ("run-example-name", lambda t: ["run", "kimi-k3-mi355x-agentic"], "kimi-k3-mi355x-agentic",
+     ["no such file; kimi-k3-mi355x-agentic is a built-in example (scenario): plan run ",
+      "examples/kimi-k3-mi355x-agentic.yaml", "plan examples copy kimi-k3-mi355x-agentic"]),
+    # a scenario's name given to plan search: the command that runs it is plan run
+    ("search-scenario-example-name", lambda t: ["search", "kimi-k3-mi355x-agentic.yaml"],
+     "kimi-k3-mi355x-agentic", ["built-in example (scenario): plan run "]),
+    ("search-example-name", lambda t: ["search", "search-kimi-k3-agentic"],
+     "search-kimi-k3-agentic", ["built-in example (search space): plan search "]),
+    ("run-no-such-name", lambda t: ["run", "no-such-scenario"], "no-such-scenario",
+     ["(file): no such file"]),
     # ---- plan demo: a window too short to read, or none
     *[(f"demo-minutes-{v}", lambda t, v=v: ["demo", "--simulate-minutes", v], "(arguments)",
        ["simulate-minutes", "0 (the memory table only) or 20 to 1,440 minutes"])
