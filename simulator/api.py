@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from simulator.specs.frozen import Spec
+from simulator.specs.limits import (
+    MAX_GENERATED_SESSIONS,
+    MAX_GENERATED_TOKENS,
+    MAX_SEARCH_RUNS,
+    check_workers,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,6 +30,48 @@ if TYPE_CHECKING:
     from simulator.specs import Scenario
 
 S = TypeVar("S", bound=Spec)
+
+
+def _arg_error(field: str, reason: str) -> Exception:
+    from simulator.specs.loading import SpecError
+
+    return SpecError("(arguments)", field, reason)
+
+
+def _check_progress(progress: object) -> None:
+    """A ``progress`` callback must be callable: checked before any work, not at the first
+    finished request, deep inside the engine."""
+    if progress is not None and not callable(progress):
+        raise _arg_error("progress", f"must be a function or None, got {type(progress).__name__}")
+
+
+def _check_count(value: object, field: str, maximum: int) -> int:
+    """An integer argument of 1 to ``maximum`` (``plan memory --context`` / ``--num-seqs``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _arg_error(field, f"must be an integer, got {value!r}")
+    if value < 1:
+        raise _arg_error(field, f"must be at least 1, got {value}")
+    if value > maximum:
+        raise _arg_error(field, f"{value:,} exceeds {maximum:,} (simulator/specs/limits.py)")
+    return value
+
+
+def _check_name(value: object, field: str) -> None:
+    if not isinstance(value, str):
+        raise _arg_error(field, f"must be a name or a path (a string), got {value!r}")
+
+
+def _check_overrides(overrides: object) -> list[str]:
+    """``--set`` items: a list of ``KEY=VALUE`` strings (a bare string would be read one
+    character at a time)."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str) or not isinstance(overrides, list | tuple):
+        raise _arg_error("overrides", f"must be a list of 'KEY=VALUE' strings, got {overrides!r}")
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise _arg_error("overrides", f"items must be 'KEY=VALUE' strings, got {bad[0]!r}")
+    return list(overrides)
 
 
 def _load(kind: type[S], spec: S | str | Path | Mapping[str, Any]) -> tuple[S, str, Path]:
@@ -53,6 +101,7 @@ def simulate(
     from simulator.simulation import simulate as run
     from simulator.specs import Scenario
 
+    _check_progress(progress)
     spec, source, base = _load(Scenario, scenario)
     return run(spec, source, base, progress)
 
@@ -62,6 +111,7 @@ def search(
     out: str | Path | None = None,
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    max_runs: int = MAX_SEARCH_RUNS,
 ) -> tuple[SearchResult, pd.DataFrame]:
     """Run a search space (what ``plan search`` does): the max-load search (or the grid) of
     every device x knob configuration under every seed.
@@ -70,12 +120,18 @@ def search(
     (``.runs``: one row per point with means and 95 % intervals; ``.searches``) and the best
     configuration per device (pandas, with the fleet for the space's demand). Results are
     cached per scenario under ``out/cache`` (``out`` given; the report is then written
-    there too) or the user data folder's ``cache``."""
+    there too) or the user data folder's ``cache``. A space of more than ``max_runs``
+    simulations (as written, before pruning) is refused, as ``plan search --max-runs``."""
     from simulator.planner.analysis import best_per_device
+    from simulator.planner.run_count import check_run_count, count_runs
     from simulator.planner.search import search_space
     from simulator.planner.space import SearchSpace
 
+    check_workers(workers)
+    _check_progress(progress)
+    _check_count(max_runs, "max_runs", 10**12)
     spec, source, base = _load(SearchSpace, space)
+    check_run_count(count_runs(spec, source), max_runs, source)
     found = search_space(spec, source, base, None if out is None else Path(out), workers,
                          progress)  # fmt: skip
     return found, best_per_device(found.space or spec, found.runs)
@@ -89,6 +145,7 @@ def size(
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
     overrides: list[str] | None = None,
+    max_runs: int = MAX_SEARCH_RUNS,
     **options: Any,
 ) -> SizeResult:
     """Size a deployment (what ``plan size`` does): the cheapest SLO-meeting fleet per device
@@ -100,9 +157,14 @@ def size(
     applied to the search it runs. Returns a ``SizeResult``: ``.answer`` (one line),
     ``.table`` (ranked, pandas), ``.commands`` (``vllm serve`` per configuration),
     ``.not_served``."""
-    from simulator.planner.sizing import SizeRequest, run_size
+    from simulator.planner.sizing import SizeRequest, check_lengths, run_size
     from simulator.specs.loading import parse
 
+    check_workers(workers)
+    _check_progress(progress)
+    _check_count(max_runs, "max_runs", 10**12)
+    sets = _check_overrides(overrides)
+    check_lengths(options.get("workload", "agentic"), options.get("isl"), options.get("osl"))
     request = parse(
         SizeRequest,
         {"model": model, "users": users,
@@ -110,7 +172,7 @@ def size(
         "(size)",
     )  # fmt: skip
     return run_size(request, None if out is None else Path(out), workers, progress,
-                    overrides=overrides)  # fmt: skip
+                    overrides=sets, max_runs=max_runs)  # fmt: skip
 
 
 def plan_memory(
@@ -129,6 +191,10 @@ def plan_memory(
     from simulator.specs.loading import parse
     from simulator.specs.serving import ServingConfig
 
+    _check_name(model, "model")
+    _check_name(device, "device")
+    _check_count(context_tokens, "context_tokens", MAX_GENERATED_TOKENS)
+    _check_count(num_seqs, "num_seqs", MAX_GENERATED_SESSIONS)
     config = parse(ServingConfig, dict(serving), "(serving)")
     devices = [catalog.hardware_profile(n) for n in catalog.device_names()]
     return plan(catalog.model_card(model), catalog.hardware_profile(device), config,

@@ -369,27 +369,6 @@ def print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
     console().print(t)
 
 
-# local worker processes per CPU a command may start: each holds the op tables and its
-# pricing templates (~0.3-0.5 GB), so far past the CPUs they only queue for the cores and
-# fill the memory (a pool of 100,000 was seen to hang for minutes starting)
-WORKERS_PER_CPU = 4
-
-
-def check_workers(workers: int, local: bool = True) -> None:
-    """``--workers``: at least 1; for local processes at most WORKERS_PER_CPU x this
-    machine's CPUs (a Ray cluster may have more CPUs than this machine)."""
-    cpus = os.cpu_count() or 1
-    if workers < 1:
-        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
-    if local and workers > WORKERS_PER_CPU * cpus:
-        raise SpecError(
-            "(arguments)",
-            "workers",
-            f"{workers:,} local worker processes for {cpus} CPUs: at most {WORKERS_PER_CPU * cpus}"
-            f" ({WORKERS_PER_CPU} per CPU; each holds the op tables)",
-        )
-
-
 def gib(x: float) -> str:
     return f"{x / GIB:,.1f}"
 

@@ -13,7 +13,6 @@ from simulator.cli.base import (
     SetOpt,
     app,
     check_kind,
-    check_workers,
     command,
     console,
     print_json,
@@ -22,7 +21,7 @@ from simulator.cli.base import (
 from simulator.cli.tables import natural_width
 from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
-from simulator.specs.limits import MAX_SEARCH_RUNS
+from simulator.specs.limits import MAX_SEARCH_RUNS, check_workers
 from simulator.specs.loading import parse
 from simulator.specs.overrides import apply_overrides, blamed
 

@@ -8,9 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, SetOpt, app, check_workers, command, console, print_json
+from simulator.cli.base import JsonOpt, SetOpt, app, command, console, print_json
 from simulator.specs import SpecError
-from simulator.specs.limits import MAX_SEARCH_RUNS
+from simulator.specs.limits import MAX_SEARCH_RUNS, check_workers
 
 # SizeRequest fields whose option is named otherwise
 _FLAG = {
@@ -76,7 +76,7 @@ def size(
     from simulator.planner.answer import refused_note
     from simulator.planner.report_tables import plural
     from simulator.planner.run_count import seeds_text
-    from simulator.planner.sizing import SizeRequest, run_size
+    from simulator.planner.sizing import SizeRequest, check_lengths, run_size
     from simulator.planner.sizing_report import as_json as result_json
     from simulator.planner.sizing_report import terminal_table
     from simulator.specs.loading import parse
@@ -84,11 +84,7 @@ def size(
     check_workers(workers)
     if max_runs < 1:
         raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
-    for flag, value in (("isl", isl), ("osl", osl)):
-        if value is not None and workload != "random":
-            raise SpecError(
-                "(arguments)", flag, f"sets the random workload's lengths; --workload is {workload}"
-            )
+    check_lengths(workload, isl, osl)
     names = None if devices is None else [d.strip() for d in devices.split(",") if d.strip()]
     if names == []:
         raise SpecError(

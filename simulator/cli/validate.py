@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, check_workers, command, console, print_json
+from simulator.cli.base import JsonOpt, command, console, print_json
 from simulator.cli.ops import validate_app
 from simulator.output_files import check_output_file, finite, write_file
 from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
-from simulator.specs.limits import check_seed
+from simulator.specs.limits import check_seed, check_workers
 from simulator.specs.loading import check_text_file
 
 NoCacheOpt = Annotated[

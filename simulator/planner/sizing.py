@@ -147,6 +147,18 @@ def base_space(request: SizeRequest, base: Path = Path()) -> dict[str, Any]:
     }
 
 
+def check_lengths(workload: object, isl: object, osl: object) -> None:
+    """``isl`` / ``osl`` set the random workload's lengths: given with another workload they
+    would be dropped without a word."""
+    for name, value in (("isl", isl), ("osl", osl)):
+        if value is not None and workload != "random":
+            raise SpecError(
+                "(arguments)",
+                name,
+                f"sets the random workload's lengths; --workload is {workload}",
+            )
+
+
 def device_sweeps(space: SearchSpace, device: str, source: str) -> list[dict[str, list[Any]]]:
     """The configurations tried on ``device``, one sweep per tensor-parallel size (the
     offload size is per replica, so it follows the TP; see the module's docstring)."""

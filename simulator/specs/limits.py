@@ -7,6 +7,7 @@ below what makes the planner hang or answer nonsense.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
@@ -111,3 +112,28 @@ def check_seed(value: int, file: str = "(arguments)", field: str = "seed") -> in
 
 def _num(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:.4g}"
+
+
+# local worker processes per CPU a command may start: each holds the op tables and its
+# pricing templates (~0.3-0.5 GB), so far past the CPUs they only queue for the cores and
+# fill the memory (a pool of 100,000 was seen to hang for minutes starting)
+WORKERS_PER_CPU = 4
+
+
+def check_workers(workers: Any, local: bool = True) -> None:
+    """``--workers`` (``workers=`` from Python): an integer of at least 1; for local processes
+    at most WORKERS_PER_CPU x this machine's CPUs (a Ray cluster may have more CPUs)."""
+    from simulator.specs.loading import SpecError
+
+    cpus = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise SpecError("(arguments)", "workers", f"must be an integer, got {workers!r}")
+    if workers < 1:
+        raise SpecError("(arguments)", "workers", f"must be at least 1, got {workers}")
+    if local and workers > WORKERS_PER_CPU * cpus:
+        raise SpecError(
+            "(arguments)",
+            "workers",
+            f"{workers:,} local worker processes for {cpus} CPUs: at most {WORKERS_PER_CPU * cpus}"
+            f" ({WORKERS_PER_CPU} per CPU; each holds the op tables)",
+        )
