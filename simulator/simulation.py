@@ -359,8 +359,12 @@ def simulate(
 
 
 def slo_met(scenario: Scenario, summary: Summary) -> bool | None:
-    """Whether the run meets the scenario's SLO (None: the scenario gives none)."""
-    return scenario.slo.met(summary.interactivity_tok_per_s_p90, summary.ttft_s_p90)
+    """Whether the run meets the scenario's SLO (None: the scenario gives none). A saturated
+    run does not: its percentiles are of the few requests served while the queue grew (a
+    TTFT target read "met" with nothing finished), as the search's verdict needs no
+    saturated seed."""
+    met = scenario.slo.met(summary.interactivity_tok_per_s_p90, summary.ttft_s_p90)
+    return met and not summary.saturated if met is not None else None
 
 
 def tokens_per_dollar(scenario: Scenario, tok_per_s_per_gpu: float) -> float | None:

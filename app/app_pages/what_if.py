@@ -210,6 +210,13 @@ def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
             ),
         },
     )
+    if s.saturated:
+        st.error(
+            f"SATURATED ({s.saturation_reason}): the deployment does not keep up with this"
+            f" load ({s.requests_finished:,} requests finished in the window), so the"
+            " percentiles above are of the few requests served while the queue grew, not of"
+            " a steady state; fewer users or more GPUs (docs/metrics.md)."
+        )
     slo = scenario.slo
     if slo_met is None:
         st.caption("No SLO given.")
@@ -221,7 +228,8 @@ def show(scenario: Scenario, result: runs.WhatIfResult, key: str) -> None:
             target.append(f"P90 TTFT <= {slo.ttft_s_p90:g} s")
         verdict = "meets" if slo_met else "misses"
         say = st.success if slo_met else st.warning
-        say(f"This scenario **{verdict}** the SLO ({', '.join(target)}).")
+        why = " (saturated)" if s.saturated else ""
+        say(f"This scenario **{verdict}** the SLO ({', '.join(target)}){why}.")
     if tokens_per_usd is None:
         st.caption(f"{scenario.cost_model} has no price for {scenario.device}.")
     if unsteady(s.prefix_hit_rate_quarters):

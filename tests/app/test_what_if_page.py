@@ -233,3 +233,19 @@ def test_a_cache_that_switches_state_inside_the_window_is_called_out(app: OpenPa
     at.number_input(key="whatif_users").set_value(40).run(timeout=120)
     shown(at)
     assert [w for w in at.warning if "changed state inside the measured window" in w.value]
+
+
+def test_a_saturated_run_is_called_out_and_meets_no_slo(app: OpenPage) -> None:
+    """One simulated minute with no warm-up: 1,024 agents never get through the queue. The
+    page read it as an ordinary answer (P90 TTFT of the few served) and a TTFT target of 60 s
+    as met; the core flags it saturated, and so does the page now."""
+    at = app()
+    at.number_input(key="whatif_minutes").set_value(1)
+    at.number_input(key="whatif_warmup").set_value(0)
+    at.number_input(key="whatif_slo_interactivity").set_value(0.0)
+    at.number_input(key="whatif_slo_ttft").set_value(60.0)
+    at.number_input(key="whatif_users").set_value(1024).run(timeout=120)
+    shown(at)
+    assert [e for e in at.error if e.value.startswith("SATURATED (")]
+    assert [w for w in at.warning if "**misses** the SLO" in w.value and "saturated" in w.value]
+    assert not at.success

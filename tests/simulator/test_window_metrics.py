@@ -303,6 +303,28 @@ def test_a_heavily_overloaded_closed_loop_is_saturated_and_still_has_throughput(
     assert s.window_end_reason == "duration"
 
 
+def test_a_saturated_run_meets_no_slo() -> None:
+    # 1,000 users: the queue never drains, and the few served got their first token in a few
+    # seconds, so a loose TTFT target read "met" on a run that serves almost nothing
+    from simulator.simulation import slo_met
+    from simulator.specs import Scenario
+
+    rec = engine(many(1000), users=1000, duration_s=20.0, num_blocks=200).run()
+    s = summarize(rec, 8, 0.0, 20.0)  # no warm-up: the first wave's TTFTs are in the window
+    assert s.saturated
+    assert s.ttft_s_p90 is not None
+    scenario = Scenario.model_validate({
+        "name": "s", "model": "llama-3.1-8b", "device": "h100",
+        "workload": {"kind": "random", "input_tokens": 200, "output_tokens": 80,
+                     "num_requests": 1000, "concurrency": 1000},
+        "slo": {"ttft_s_p90": 10 * s.ttft_s_p90},
+    })  # fmt: skip
+    assert scenario.slo.met(s.interactivity_tok_per_s_p90, s.ttft_s_p90)  # the bare rule
+    assert slo_met(scenario, s) is False
+    steady = s.model_copy(update={"saturated": False, "saturation_reason": None})
+    assert slo_met(scenario, steady) is True
+
+
 def test_an_open_loop_beyond_capacity_has_a_growing_queue() -> None:
     # a request every 50 ms, each needing ~10 decode steps per slot turn: arrivals outrun it
     turns = [
