@@ -61,6 +61,13 @@ MAX_SHAPE_VALUE = 1e13
 # A time of a trace record (an arrival, a think or API time; seconds): 10^9 s is 32 years,
 # past any recording; 1e30 made a session span 1e30 s and its arrival rate 6e-30 per s.
 MAX_TRACE_TIME_S = 1e9
+# The same bound on every simulated time a spec gives or implies (duration, warm-up, ramp,
+# think-time cap, the span of Poisson arrivals): past ~1e15 s a float clock has no
+# sub-second resolution left, and a TTFT read 0.0 s there (a TTFT target "met").
+SIM_TIME_WHY = "seconds of simulated time (10^9 s is 32 years)"
+# A multiplier of think times or trace timestamps: 10^4 stretches a one-hour think to 14
+# months; 10^15 put the next turn past the clock's resolution.
+MAX_TIME_SCALE = 1e4
 # Concurrency of one measured benchmark point (a validation CSV's conc): 8x the largest in
 # the public sets (8,192, InferenceMAX v1); 10^9 built a billion-request scenario.
 MAX_BENCHMARK_CONCURRENCY = 65_536

@@ -64,6 +64,19 @@ def too_few_for_users(workload: object, users: int) -> str | None:
     )
 
 
+SIM_TIME = at_most(limits.MAX_TRACE_TIME_S, limits.SIM_TIME_WHY)
+
+
+def check_arrival_span(count: int, rate_per_s: float | None, what: str, rate: str) -> None:
+    """Poisson arrivals of ``count`` at ``rate_per_s`` span ~count / rate seconds: refused
+    past the simulated-time bound (1e-15 per s put the arrivals where TTFT read 0.0 s)."""
+    if rate_per_s is not None and count / rate_per_s > limits.MAX_TRACE_TIME_S:
+        raise ValueError(
+            f"{what} {count:,} at {rate} {rate_per_s:g} arrive over ~{count / rate_per_s:.3g} s,"
+            f" past {limits.MAX_TRACE_TIME_S:g} {limits.SIM_TIME_WHY}: raise the rate"
+        )
+
+
 def known_cost_model(name: str) -> str:
     """``name`` if the catalog has it (the scenario's field is named in the error, not the
     command line's)."""
@@ -84,9 +97,11 @@ class _Replay(Spec):
 
     concurrency: PositiveInt | None = None
     session_rate_per_s: PositiveFloat | None = None
-    think_time_scale: PositiveFloat = 1.0
-    think_time_cap_s: PositiveFloat | None = None
-    ramp_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    think_time_scale: Annotated[PositiveFloat, at_most(limits.MAX_TIME_SCALE, "x think times")] = (
+        1.0
+    )
+    think_time_cap_s: Annotated[PositiveFloat | None, SIM_TIME] = None
+    ramp_s: Annotated[float, Field(ge=0.0, allow_inf_nan=False), SIM_TIME] = 0.0
 
     @model_validator(mode="after")
     def _one_mode(self) -> Self:
@@ -109,6 +124,8 @@ class _Generated(_Replay):
         short = self.concurrency and too_few_for_users(self, self.concurrency)
         if short:
             raise ValueError(short)
+        check_arrival_span(self.sessions, self.session_rate_per_s, "sessions",
+                           "session_rate_per_s")  # fmt: skip
         return self
 
 
@@ -141,6 +158,8 @@ class RandomPromptWorkload(Spec):
         short = self.concurrency and too_few_for_users(self, self.concurrency)
         if short:
             raise ValueError(short)
+        check_arrival_span(self.num_requests, self.request_rate_per_s, "num_requests",
+                           "request_rate_per_s")  # fmt: skip
         return self
 
 
@@ -156,7 +175,7 @@ class TraceWorkload(_Replay):
     kind: Literal["trace"] = "trace"
     path: Annotated[str, Field(min_length=1)]  # "" would name the scenario's own folder
     format: Literal["agentic", "mooncake", "azure"] | None = None
-    time_scale: PositiveFloat = 1.0
+    time_scale: Annotated[PositiveFloat, at_most(limits.MAX_TIME_SCALE, "x trace timestamps")] = 1.0
     skip_bad: bool = False
     limit: PositiveInt | None = None
 
@@ -229,8 +248,9 @@ class Scenario(Spec):
     slo: SLO = SLO()
     cost_model: str = "semianalysis_tco_neocloud"
     seed: limits.Seed = 0
-    duration_s: PositiveFloat | None = None  # None: until the workload is exhausted
-    warmup_s: float = Field(default=0.0, ge=0)  # requests arriving earlier are not measured
+    duration_s: Annotated[PositiveFloat | None, SIM_TIME] = None  # None: until exhausted
+    # requests arriving earlier are not measured
+    warmup_s: Annotated[float, Field(ge=0), SIM_TIME] = 0.0
     # how data-parallel replicas share requests (with disaggregation: within each pool)
     router: Literal["round_robin", "least_loaded", "session_affinity"] = "session_affinity"
     disaggregation: Disaggregation | None = None  # None: aggregated (dp replicas)
