@@ -6,7 +6,6 @@ back (a bad file is a ``SpecError``: file, field, reason)."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -14,7 +13,7 @@ from pydantic import Field, ValidationError
 
 from simulator.cost.ops import OpClass
 from simulator.specs.frozen import Frozen
-from simulator.specs.loading import SpecError, first_error, read_text
+from simulator.specs.loading import first_error, parse_json, read_text
 
 SCHEMA_VERSION = 1
 
@@ -81,10 +80,7 @@ class LatencyModelFile(Frozen):
 
 def load_latency_models(path: str | Path) -> LatencyModelFile:
     p = Path(path)
-    try:
-        data = json.loads(read_text(p))
-    except json.JSONDecodeError as exc:
-        raise SpecError(p, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+    data = parse_json(read_text(p), p)  # a key given twice is refused, not the last kept
     try:
         return LatencyModelFile.model_validate(data)
     except ValidationError as exc:

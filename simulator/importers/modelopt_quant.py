@@ -11,7 +11,6 @@ prefixes and their ``quant_algo``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.importers.config_view import ConfigView
-from simulator.specs.loading import SpecError, read_text
+from simulator.specs.loading import SpecError, parse_json, read_text
 from simulator.specs.model import LINEAR_KINDS, ModelCard, ModuleGroup
 from simulator.specs.precision import WeightPrecision
 
@@ -50,10 +49,7 @@ def attach_sidecar(config_path: Path, data: dict[str, Any]) -> dict[str, Any]:
     path = sidecar_path(config_path)
     if path is None:
         return data
-    try:
-        sidecar = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise SpecError(path, "(file)", f"invalid JSON: {exc.msg} (line {exc.lineno})") from None
+    sidecar = parse_json(read_text(path), path)
     quant = sidecar.get("quantization") if isinstance(sidecar, dict) else None
     if not isinstance(quant, dict):
         raise SpecError(path, "quantization", "missing: expected a mapping of ModelOpt settings")

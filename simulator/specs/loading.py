@@ -366,6 +366,8 @@ def parse_json(text: str, file: str | Path) -> Any:
         ) from None
     except json.JSONDecodeError as exc:
         raise SpecError(file, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(file, "(json)", "invalid JSON: nested too deeply") from None
 
 
 def read_json(path: str | Path, limit: int = JSON_LIMIT) -> Any:

@@ -31,7 +31,13 @@ from simulator.workload.request import (
     content_keys,
     scope_key,
 )
-from simulator.workload.source import BadRecords, check_trace_file, lines, open_text
+from simulator.workload.source import (
+    BadRecords,
+    check_trace_file,
+    lines,
+    loads_record,
+    open_text,
+)
 
 MOONCAKE_BLOCK_TOKENS = 512
 FORMATS = ("agentic", "mooncake", "azure")
@@ -80,7 +86,7 @@ def read_mooncake(path: Path, bad: BadRecords) -> Iterator[Session]:
     last = 0.0
     for lineno, text in lines(path):
         try:
-            start, turn = _mooncake_turn(json.loads(text), scope)
+            start, turn = _mooncake_turn(loads_record(text), scope)
             if start < last:
                 raise ValueError(f"timestamp goes backwards ({start * 1000:.0f} ms after "
                                  f"{last * 1000:.0f} ms)")  # fmt: skip

@@ -416,6 +416,21 @@ CORPUS: list[Row] = [
     # 1e30 s made a session span 1e30 s: a time past 32 years is a unit mix-up
     ("run-trace-t-1e30", run_trace(agentic_trace(t=1e30)), "trace.jsonl",
      ["line 1", "requests[0].t", "exceeds 1e+09"]),
+    # json keeps the last of a repeated key: "out": 10, "out": 2000 replayed 2,000 tokens
+    ("run-trace-agentic-key-twice",
+     run_trace(lambda t: _write(t, "trace.jsonl", json.dumps(weka()).replace(
+         '"out": ', '"out": 10, "out": ', 1) + "\n")), "trace.jsonl",
+     ["line 1", "duplicate key 'out' in one object"]),
+    ("run-trace-mooncake-key-twice",
+     run_trace(lambda t: _write(t, "m.jsonl", '{"timestamp": 0, "input_length": 100,'
+                                ' "output_length": 10, "output_length": 2000, "hash_ids": [1]}\n')),
+     "m.jsonl", ["line 1", "duplicate key 'output_length' in one object"]),
+    # a RecursionError from json's decoder, out of the engine
+    ("run-trace-nested-deep",
+     lambda t: ["run", _yaml(t, "s.yaml", {**SCENARIO, "workload": {
+         "kind": "trace", "format": "mooncake", "concurrency": 1,
+         "path": _write(t, "deep.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")}})],
+     "deep.jsonl", ["line 1", "invalid JSON: nested too deeply"]),
     ("run-trace-think-1e30", run_trace(agentic_trace(think_time=1e30)), "trace.jsonl",
      ["line 1", "requests[0].think_time", "exceeds 1e+09"]),
     ("run-trace-subagent-duration-1e30", run_trace(subagent_trace(duration_ms=1e30)),
