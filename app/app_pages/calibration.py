@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from dashboard import checks
 from dashboard.errors import inline_errors
 
 from hardware_profiles import PROFILES_DIR
@@ -62,7 +63,7 @@ def page() -> None:
             "Profiles folder", value=str(PROFILES_DIR), key=f"{PAGE}_profiles",
             help="A folder of <device>/profile.yaml with measurements/ from `calibrate measure`.",
         )  # fmt: skip
-    folder = Path(root).expanduser()
+    folder = checks.folder_name(PAGE, "profiles folder", root)
     if not folder.is_dir():
         raise SpecError(PAGE, "profiles folder", f"{folder} is not a folder")
     devices = measured_devices(folder)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
-from dashboard import choices, controls, export, figures, runs
+from dashboard import checks, choices, controls, export, figures, runs
 from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
@@ -117,8 +117,7 @@ def inputs() -> tuple[dict[str, Any], dict[str, Any], str]:
         choices.refuse_unfit(SOURCE, model, devices)
     except SpecError as exc:
         raise SpecError(SOURCE, "devices", exc.reason) from None
-    if not cache.strip():
-        raise SpecError(SOURCE, "run cache", "give a folder for the runs")
+    checks.cache_folder(SOURCE, cache)  # a file, a NUL byte, a name too long: one line
     for field, chosen in (("DCP sizes", dcp), ("offload", offload), ("users", users)):
         if not chosen:
             raise SpecError(SOURCE, field, "pick at least one value")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
-from dashboard import controls, figures, runs
+from dashboard import checks, controls, figures, runs
 from dashboard.errors import inline_errors, one_line
 
 from simulator.planner.space import SearchSpace
@@ -127,6 +127,7 @@ def page() -> None:
             "Folder", key=f"{PAGE}_folder",
             help="The --out folder of plan search (runs.csv, best.csv, ...)",
         )  # fmt: skip
+        checks.folder_name("search results", "folder", folder)  # before looking inside
         _start_from_the_folder(folder, params.get("space"), params.get("dir"))
         space_path = st.text_input(
             "Search space YAML", key=f"{PAGE}_space",

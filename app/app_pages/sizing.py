@@ -10,13 +10,12 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
-from dashboard import controls, runs
+from dashboard import checks, controls, runs
 from dashboard.errors import inline_errors, kept_result
 
 from simulator import catalog
 from simulator.planner.run_count import seeds_text
 from simulator.planner.sizing import WORKLOADS, SizeRequest, SizeResult
-from simulator.specs import SpecError
 from simulator.specs.loading import parse
 
 PAGE = "sizing"
@@ -90,8 +89,7 @@ def inputs() -> tuple[dict[str, Any], str]:
             "Run cache folder", value=runs.default_run_cache(), key=f"{PAGE}_cache",
             help="One JSON per finished simulation, shared with plan size and plan search",
         )  # fmt: skip
-    if not cache.strip():
-        raise SpecError(SOURCE, "run cache", "give a folder for the runs")
+    checks.cache_folder(SOURCE, cache)  # a file, a NUL byte, a name too long: one line
     request: dict[str, Any] = {
         "model": model, "users": int(users), "slo_interactivity_tok_per_s": float(slo),
         "slo_ttft_p90_s": float(ttft) or None, "devices": devices or None,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import streamlit as st
 
+from dashboard.checks import BEST_COLUMNS, RUNS_COLUMNS, folder_name, read_table
 from simulator.cost.shapes import CATEGORIES
 from simulator.memory import MemoryReport
 from simulator.metrics import Summary
@@ -301,8 +302,9 @@ class SearchOutput:
 
 
 def search_output(folder: str) -> SearchOutput:
-    """The CSVs ``plan search --out FOLDER`` wrote (re-read when a file changes)."""
-    path = Path(folder).expanduser()
+    """The CSVs ``plan search --out FOLDER`` wrote (re-read when a file changes), each with
+    the columns the page reads (``checks.read_table``)."""
+    path = folder_name("search results", "folder", folder)
     if not (path / "runs.csv").is_file():
         raise SpecError(
             path,
@@ -317,14 +319,10 @@ def search_output(folder: str) -> SearchOutput:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _read_search_output(folder: str, stamp: tuple[float, ...]) -> SearchOutput:
     del stamp  # part of the cache key only
-
-    def read(name: str) -> pd.DataFrame:
-        try:
-            return pd.read_csv(Path(folder) / name)
-        except (FileNotFoundError, pd.errors.EmptyDataError):
-            return pd.DataFrame()
-
-    return SearchOutput(folder, *(read(f) for f in SEARCH_FILES))
+    checked = {"runs.csv": RUNS_COLUMNS, "best.csv": BEST_COLUMNS}
+    return SearchOutput(
+        folder, *(read_table(Path(folder) / f, checked.get(f, {})) for f in SEARCH_FILES)
+    )
 
 
 def search_space(path: str) -> SearchSpace:
