@@ -36,14 +36,7 @@ def check_served(
     open_ = summary.requests_in_flight_at_end + summary.requests_waiting_at_end
     if not recorder.requests and not open_:
         raise _nothing_arrived(workload, replay, duration_s, source)
-    if replay.idle_users and isinstance(workload, TraceWorkload):
-        users = workload.concurrency or 0
-        ran = users - replay.idle_users
-        raise SpecError(
-            source, "workload.concurrency",
-            f"{users:,} users, but the sessions of {Path(workload.path).name} run out after"
-            f" {ran:,}: at most {ran:,} users would ever run; give concurrency <= {ran:,}",
-        )  # fmt: skip
+    # every request refused first: a trace of one too-long prompt "ran out after 0 users"
     if not open_ and all(r.status is Status.REJECTED for r in recorder.requests):
         first = recorder.requests[0]
         length = "max_model_len" in (first.reject_reason or "")
@@ -53,6 +46,14 @@ def check_served(
             f"every request ({len(recorder.requests):,}) is refused, e.g. request"
             f" {first.req_id}: {first.reject_reason}",
         )
+    if replay.idle_users and isinstance(workload, TraceWorkload):
+        users = workload.concurrency or 0
+        ran = users - replay.idle_users
+        raise SpecError(
+            source, "workload.concurrency",
+            f"{users:,} users, but the sessions of {Path(workload.path).name} run out after"
+            f" {ran:,}: at most {ran:,} users would ever run; give concurrency <= {ran:,}",
+        )  # fmt: skip
     last = last_token_s(recorder) or 0.0
     if summary.window_end_reason == "workload_ended" and warmup_s > 0 and last <= warmup_s:
         raise SpecError(

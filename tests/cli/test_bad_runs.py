@@ -155,6 +155,11 @@ CORPUS: list[Row] = [
     ("run-more-users-than-trace-sessions",
      trace_run(records("mooncake.jsonl", [MOONCAKE] * 3), concurrency=5), "s.yaml",
      ["workload.concurrency", "5 users", "run out after 3", "concurrency <= 3"]),
+    # a trace of one too-long prompt "ran out after 0 users: give concurrency <= 0"
+    ("run-only-prompt-too-long-closed-loop",
+     trace_run(records("m.jsonl", [{**MOONCAKE, "input_length": 200_000,
+                                    "hash_ids": list(range(391))}]), concurrency=1),
+     "s.yaml", ["serving.max_model_len", "every request (1) is refused", "exceed max_model_len"]),
     ("run-agentic-t-backwards", run_trace(agentic_trace(t=5.0)), "trace.jsonl",
      ["line 1", "requests[1].t", "goes backwards"]),
     ("run-format-without-out", lambda t: [*run_()(t), "--format", "parquet"], "(arguments)",
