@@ -325,13 +325,13 @@ def fit(
 
 def report_device(name: str, profiles_dir: Path | None, out: Path | None) -> Path:
     from simulator.calibration import report_html
+    from simulator.output_files import check_output_file, write_file
 
+    path = out or Path("out") / f"calibration-{name}.html"
+    check_output_file(path, "--out")  # a folder, a parent that is a file: before the work
     device_dir = _device_dir(name, profiles_dir)
     profile = _profile(device_dir)
-    page = report_html(device_dir, profile)
-    path = out or Path("out") / f"calibration-{name}.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page)
+    write_file(path, report_html(device_dir, profile), "--out")
     typer.echo(f"wrote {path}", err=True)
     return path
 

@@ -1,6 +1,7 @@
 """`plan examples`: the example scenarios and search spaces shipped in the package."""
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from simulator.cli.base import (
     print_json,
     spec_kind,
 )
+from simulator.output_files import check_parents, stat_output
 from simulator.specs import SpecError
 from simulator.specs.loading import parse_yaml, read_text
 
@@ -111,7 +113,10 @@ def examples_copy(
     if (name is None) == (not every):
         raise SpecError("(arguments)", "name", "give one example NAME, or --all")
     chosen = examples() if every else [example(name or "")]
-    if to.exists() and not to.is_dir():
+    found = stat_output(to, "--to")  # a dangling link, a name too long, a parent a file
+    if found is None:
+        check_parents(to, "--to")
+    elif not stat.S_ISDIR(found.st_mode):
         raise SpecError(to, "--to", "is a file, not a folder")
     targets = [(e, to / e.path.name) for e in chosen]
     for _, target in targets:  # all of them checked before any is written

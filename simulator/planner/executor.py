@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import functools
 import json
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -160,6 +161,8 @@ def run_all(
         total += len(paths)
         for i, (sc, path) in enumerate(zip(chain.scenarios, paths, strict=True)):
             cached = read_cached(path)
+            if cached is not None and not summary_shaped(cached):
+                cached = None  # edited or foreign: simulated again
             if cached is None:  # this run and the chain's rest, in a worker
                 todo.append((Chain(chain.scenarios[i:], chain.until_miss), paths[i:]))
                 break
@@ -208,12 +211,34 @@ def _payload(chain: Chain) -> tuple[list[str], str | None]:
 
 
 def read_cached(path: Path) -> dict[str, Any] | None:
-    """A cached result, or None when there is none or it cannot be read back."""
+    """A cached result, or None when there is none or it cannot be read back (a folder in
+    its place, a truncated or edited file: the run is simulated again)."""
     try:
         data = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
         return None
     return data if isinstance(data, dict) else None
+
+
+def summary_shaped(data: dict[str, Any]) -> bool:
+    """Whether a cached search result is what a worker wrote: a ``Summary``'s fields with
+    their types, and its few numbers beside them (an edited ``"abc"`` failed deep in the
+    tables)."""
+    from pydantic import ValidationError
+
+    from simulator.metrics import Summary
+
+    fields = Summary.model_fields
+    try:
+        Summary.model_validate({k: v for k, v in data.items() if k in fields})
+    except ValidationError:
+        return False
+    return all(v is None or is_number(v) for k, v in data.items() if k not in fields)
+
+
+def is_number(value: object) -> bool:
+    """A finite int or float, not a bool (JSON's true would read as 1)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_whole(path: Path, data: dict[str, Any]) -> None:

@@ -12,7 +12,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from simulator.planner.executor import completed, read_cached, stop_pool, worker_pool, write_whole
+from simulator.planner.executor import (
+    completed,
+    is_number,
+    read_cached,
+    stop_pool,
+    worker_pool,
+    write_whole,
+)
 from simulator.planner.fingerprint import scenario_hash
 from simulator.specs.scenario import Scenario
 
@@ -82,6 +89,25 @@ class Cached(Protocol):
 C = TypeVar("C", bound=Cached)
 
 
+def _plausible(values: dict[str, Any], fields: tuple[dataclasses.Field[Any], ...]) -> bool:
+    """Whether a cached result holds what its fields say: a non-negative finite number where
+    a number belongs (None where it may be), a string where a string (an edited ``"abc"``
+    was a TypeError in the tables, -5 an error of -107 %)."""
+    for f in fields:
+        if f.name not in values:
+            continue
+        value, kind = values[f.name], str(f.type)
+        if value is None:
+            if "None" not in kind:
+                return False
+        elif kind.startswith("str"):
+            if not isinstance(value, str):
+                return False
+        elif not is_number(value) or value < 0 or (kind.startswith("int") and value % 1):
+            return False
+    return True
+
+
 def run_cached(
     fn: Callable[[T], C],
     items: Sequence[T],
@@ -110,7 +136,7 @@ def run_cached(
     for i, (item, path) in enumerate(zip(items, paths, strict=True)):
         data = read_cached(path)
         fields = data.get("result") if data is not None else None
-        if isinstance(fields, dict) and set(fields) == set(names):
+        if isinstance(fields, dict) and set(fields) == set(names) and _plausible(fields, fields_of):
             found[i] = result_type(item, **fields)  # type: ignore[call-arg]
     todo = [i for i in range(len(items)) if i not in found]
     total = len(items)

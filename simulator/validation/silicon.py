@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator import catalog
+from simulator.specs import limits
 from simulator.specs.loading import SpecError
 from simulator.specs.model import ModuleGroup
 from simulator.specs.precision import KvCacheDtype, WeightPrecision
@@ -48,6 +49,7 @@ from simulator.validation.silicon_rows import repeated_rows, untrusted_layouts
 from simulator.validation.silicon_serve import serve_flags
 
 CSV_NAME = "silicon_sample.csv"
+MAX_LATENCY_MS = limits.MAX_TRACE_TIME_S * 1e3
 
 REQUIRED_COLUMNS = (
     "id",
@@ -177,7 +179,7 @@ def _cell(rec: dict[str, str | None], column: str) -> str:
     return (rec.get(column) or "").strip()
 
 
-def _float(file: Path, row: int, column: str, text: str) -> float:
+def _float(file: Path, row: int, column: str, text: str, maximum: float = math.inf) -> float:
     if not text:
         raise SpecError(file, f"row {row}, column {column}", "empty cell")
     try:
@@ -186,15 +188,23 @@ def _float(file: Path, row: int, column: str, text: str) -> float:
         raise SpecError(file, f"row {row}, column {column}", f"{text!r} is not a number") from None
     if not math.isfinite(value) or value <= 0:
         raise SpecError(file, f"row {row}, column {column}", f"must be positive, got {text!r}")
+    if value > maximum:
+        raise SpecError(
+            file, f"row {row}, column {column}",
+            f"{text} exceeds {maximum:,g} (simulator/specs/limits.py)",
+        )  # fmt: skip
     return value
 
 
-def _int(file: Path, row: int, column: str, text: str, empty: int | None = None) -> int:
+def _int(
+    file: Path, row: int, column: str, text: str, empty: int | None = None,
+    maximum: float = math.inf,
+) -> int:  # fmt: skip
     """A positive integer cell (``4.0`` is 4); ``empty`` is the value of an empty cell, None =
     an empty cell is an error."""
     if not text and empty is not None:
         return empty
-    value = _float(file, row, column, text)
+    value = _float(file, row, column, text, maximum)
     if not value.is_integer():
         raise SpecError(file, f"row {row}, column {column}", f"{text!r} is not an integer")
     return int(value)
@@ -286,11 +296,13 @@ def map_row(
     recorded = _CONCURRENCY.search(_cell(rec, "silicon_data_source"))
     if recorded is not None and int(recorded.group(1)) != conc:
         return "recorded silicon_concurrency differs from batch_size x attention_dp_size"
-    isl, osl = num("isl"), num("osl")
+    isl = _int(file, row, "isl", _cell(rec, "isl"), maximum=limits.MAX_GENERATED_TOKENS)
+    osl = _int(file, row, "osl", _cell(rec, "osl"), maximum=limits.MAX_GENERATED_TOKENS)
     if osl < 2:
         return "osl < 2: no TPOT"
-    ttft = _float(file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"))
-    tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"))
+    # a measured latency past 10^9 s is no measurement (1e300 ms was accepted)
+    ttft = _float(file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"), MAX_LATENCY_MS)
+    tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"), MAX_LATENCY_MS)
     measured = measured_date(_cell(rec, "silicon_data_source"))
     flag = script_flag(model_path, system, quant[0], measured)
     serve = serve_flags(model_path, system, quant[0], measured)

@@ -304,3 +304,28 @@ def test_run_cached_reads_back_and_redoes_only_what_is_missing(tmp_path: Path) -
     CALLS.clear()
     assert run_cached(_root, items, lambda x: x, _scenario, Result, None) == first
     assert items == CALLS
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '{"result": {"value": "abc", "note": "ok"}}',  # a string where a number belongs
+        '{"result": {"value": -5.0, "note": "ok"}}',  # printed as an error of -107 %
+        '{"result": {"value": true, "note": "ok"}}',  # JSON's true is not a number
+        '{"result": {"value": null, "note": "ok"}}',  # not optional
+        '{"result": {"value": 2.0, "note": 7}}',  # a number where a string belongs
+        None,  # a folder where the file should be: an IsADirectoryError, exit 1
+    ],
+)
+def test_an_edited_or_broken_cache_entry_is_simulated_again(tmp_path: Path, entry) -> None:
+    items = [4.0]
+    first = run_cached(_root, items, lambda x: x, _scenario, Result, tmp_path)
+    (path,) = tmp_path.glob("*.json")
+    if entry is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_text(entry)
+    CALLS.clear()
+    assert run_cached(_root, items, lambda x: x, _scenario, Result, tmp_path) == first
+    assert items == CALLS

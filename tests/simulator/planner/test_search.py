@@ -182,6 +182,24 @@ def test_a_torn_cache_entry_is_run_again(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("throughput_tok_per_s_per_gpu", "abc"), ("saturated", "maybe"), ("wall_s", "slow")],
+)
+def test_an_edited_cache_entry_is_run_again(tmp_path: Path, field: str, value: str) -> None:
+    from simulator.planner.fingerprint import scenario_hash
+
+    sc = _tiny(0)
+    first = run_all([sc], tmp_path, workers=1)[sc.name]
+    path = tmp_path / f"{scenario_hash(sc)}.json"
+    path.write_text(json.dumps({**first, field: value}))
+    again = run_all([sc], tmp_path, workers=1)[sc.name]  # simulated again: wall_s differs
+    assert {k: v for k, v in again.items() if k != "wall_s"} == {
+        k: v for k, v in first.items() if k != "wall_s"
+    }
+    assert json.loads(path.read_text()) == again
+
+
 class StopError(Exception):
     pass
 
