@@ -287,9 +287,9 @@ def _print_run(r: RunResult) -> None:
 
 def fit_device(name: str, profiles_dir: Path | None, folds: int) -> Path:
     from simulator import calibration
+    from simulator.specs.limits import check_fold_count
 
-    if folds < 2:
-        raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    check_fold_count(folds)
     device_dir = _device_dir(name, profiles_dir)
     profile = _profile(device_dir)
     doc, summaries = calibration.fit_device(device_dir, profile, folds)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.fit import KFoldErrors, fit_error, fit_op_class, kfold_errors
+from simulator.cost.fit import KFoldErrors, check_folds, fit_error, fit_op_class, kfold_errors
 from simulator.cost.latency import LatencyModels
 from simulator.cost.latency_file import FitError, LatencyModelFile, load_latency_models
 from simulator.cost.measurements import MeasurementTable, load_measurements, measured_by_class
@@ -106,7 +106,13 @@ def fit_device(
         )  # fmt: skip
     tables, impls = _fit_rows(load_measurements(files))
     models, summaries = [], []
-    for cls, (m, srcs) in measured_by_class(tables, profile).items():
+    by_class = measured_by_class(tables, profile)
+    # a fold per row at most: of the largest class (a class too small for the folds gets no
+    # held-out error, as before; 99,999 folds of 72 rows ran and labelled the table with it)
+    largest = max((m for m, _ in by_class.values()), key=lambda m: len(m.rows), default=None)
+    if largest is not None and folds > len(largest.rows):
+        check_folds(largest, folds)
+    for cls, (m, srcs) in by_class.items():
         model = fit_op_class(cls, m, profile, srcs)
         kf = kfold_errors(cls, m, profile, folds=folds, seed=seed)
         held = kf.heldout_ape[np.isfinite(kf.heldout_ape)]

@@ -2,6 +2,7 @@
 ``simulator.cli.validate``)."""
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ from simulator import catalog
 from simulator.cli.base import JsonOpt, app, command, console, make_typer, print_json
 from simulator.output_files import check_output_file, write_file
 from simulator.specs import HardwareProfile, SpecError
+from simulator.specs.limits import check_fold_count
 from simulator.specs.loading import check_dir, check_text_file
 from simulator.userdata import user_device_dir
 
@@ -194,7 +196,10 @@ def validate_ops(
             " (repeatable: each is predicted without any of them).",
         ),
     ] = None,
-    folds: Annotated[int, typer.Option(help="k of the k-fold cross-validation.")] = 5,
+    folds_given: Annotated[
+        int | None,
+        typer.Option("--folds", help="k of the k-fold cross-validation [5]."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the fold shuffle.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -205,9 +210,21 @@ def validate_ops(
     from simulator.cost.fit import check_folds, check_rows, kfold_errors
     from simulator.specs.limits import check_seed
 
-    if folds < 2:
-        raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    folds = 5 if folds_given is None else folds_given
+    check_fold_count(folds)
     check_seed(seed)
+    if leave_device_out:  # it predicts whole devices: no device to score, no folds
+        repeated = [d for d, n in Counter(leave_device_out).items() if n > 1]
+        for flag, given in (("device", device is not None), ("folds", folds_given is not None)):
+            if given:
+                raise SpecError(
+                    "(arguments)", flag, "does not apply to --leave-device-out (it predicts"
+                    " each device it names from the other devices' tables, whole)",
+                )  # fmt: skip
+        if repeated:
+            raise SpecError("(arguments)", "leave-device-out", f"{repeated[0]!r} is given twice")
+    if device is not None and not device.strip():
+        raise SpecError("(arguments)", "device", "is empty: give a device name")
     if tables or leave_device_out:
         if measurements or vidur:
             raise SpecError(

@@ -18,6 +18,8 @@ from simulator.specs import SpecError
 from simulator.specs.limits import check_seed, check_workers
 from simulator.specs.loading import check_text_file
 
+MAX_REPLICATES = 100  # seeds per point; the validation's headline uses 3
+
 NoCacheOpt = Annotated[
     bool,
     typer.Option(
@@ -245,6 +247,11 @@ def validate_silicon(
     check_seed(seed)
     if replicates < 1:
         raise SpecError("(arguments)", "replicates", f"must be >= 1, got {replicates}")
+    if replicates > MAX_REPLICATES:  # a seed a replicate: 10^11 never ended
+        raise SpecError(
+            "(arguments)", "replicates",
+            f"{replicates:,} exceeds {MAX_REPLICATES} seeds a point",
+        )  # fmt: skip
     # outputs checked before any work (the folder marked in progress, written whole)
     folder = None if out is None else OutputFolder(out, "plan validate silicon", POINTS)
     stage = folder.open() if folder is not None else None

@@ -144,3 +144,21 @@ def check_workers(workers: Any, local: bool = True) -> None:
             f"{workers:,} local worker processes for {cpus} CPUs: at most {WORKERS_PER_CPU * cpus}"
             f" ({WORKERS_PER_CPU} per CPU; each holds the op tables)",
         )
+
+
+# k of a k-fold check: a fold per row at most is checked where the rows are known; past 100
+# folds the held-out error is that of leave-one-out on any table here, and 10^11 folds spun
+MAX_FOLDS = 100
+
+
+def check_fold_count(folds: Any) -> int:
+    """``--folds``: 2 to MAX_FOLDS."""
+    from simulator.specs.loading import SpecError
+
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise SpecError("(arguments)", "folds", f"must be at least 2, got {folds}")
+    if folds > MAX_FOLDS:
+        raise SpecError(
+            "(arguments)", "folds", f"{folds:,} exceeds {MAX_FOLDS} (simulator/specs/limits.py)"
+        )
+    return folds

@@ -97,6 +97,12 @@ def test_report_shows_measured_prior_and_fitted(
         (["fit", "../x"], "device-name: '../x' is not a folder name"),
         (["report", "nope"], "no such profile"),
         (["fit", "cpu-2core", "--folds", "1"], "folds: must be at least 2"),
+        # more folds than rows was accepted, and labelled the table "99999999999-fold"
+        (["fit", "cpu-2core", "--folds", "99999999999"], "folds: 99,999,999,999 exceeds 100"),
+        (["fit", "cpu-2core", "--folds", "100"], "folds must not exceed the rows"),
+        # a folder or a path under a file as --out: IsADirectoryError / FileExistsError
+        (["report", "cpu-2core", "--out", "/tmp"], "--out: is a folder: give a file path"),
+        (["report", "cpu-2core", "--out", "/etc/hostname/r.html"], "is a file, not a folder"),
         (["measure", "--device-name", "cpu-2core", "--budget-s", "0", "--allow-cpu"],
          "budget-s: must be a finite number > 0"),
     ],
