@@ -26,6 +26,9 @@ from numpy.typing import NDArray
 from simulator.cost import ops
 from simulator.cost.latency import LatencyModels, roofline_seconds
 from simulator.cost.latency_file import (
+    MAX_COMPUTE_EFFICIENCY,
+    MAX_LAUNCH_S,
+    MAX_MEMORY_EFFICIENCY,
     AlphaBeta,
     FitError,
     FittedModel,
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
 Array = NDArray[np.float64]
 
 BOUNDS_LO = (0.02, 0.02, 0.0, 1.0)  # compute_eff, memory_eff, launch_s, sharpness
-BOUNDS_HI = (1.5, 2.0, 1e-3, 30.0)
+BOUNDS_HI = (MAX_COMPUTE_EFFICIENCY, MAX_MEMORY_EFFICIENCY, MAX_LAUNCH_S, 30.0)
 X0_SHARPNESS = 4.0
 LOSS_SCALE = 0.05
 

@@ -144,7 +144,7 @@ class LatencyModels:
         from simulator.userdata import latency_models_file
 
         path = latency_models_file(profile.name) if use_fitted else None
-        fitted = load_latency_models(path) if path is not None else None
+        fitted = load_latency_models(path, profile.name) if path is not None else None
         tables = tables_for(profile) if use_fitted and use_tables else None
         return cls(profile, fitted, tables)
 

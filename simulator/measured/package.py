@@ -106,7 +106,7 @@ def data_source() -> DataSource | None:
     """Where the tables are: ``$PLAN_MEASURED_DATA``, else the installed package, else None."""
     override = os.environ.get(ENV_DATA_DIR)
     if override:
-        return DataSource(Path(override), "override")
+        return DataSource(_override_folder(override), "override")
     try:
         spec = importlib.util.find_spec(MODULE)
     except (ImportError, ValueError):
@@ -123,9 +123,43 @@ def data_source() -> DataSource | None:
     return DataSource(root, version)
 
 
+def _override_folder(text: str) -> Path:
+    """``$PLAN_MEASURED_DATA``: a folder of system folders as the package ships them (a
+    missing or foreign folder ran on the priors without a word about the variable)."""
+    from simulator.specs.hardware import MEASURED_SYSTEMS
+    from simulator.specs.loading import SpecError, check_dir
+
+    path = Path(text)
+    check_dir(path, ENV_DATA_DIR)
+    try:
+        names = {child.name for child in path.iterdir() if child.is_dir()}
+    except OSError as exc:
+        raise SpecError(path, ENV_DATA_DIR, exc.strerror or str(exc)) from None
+    if not names & set(MEASURED_SYSTEMS):
+        raise SpecError(
+            path, ENV_DATA_DIR,
+            "holds no system folder of the measured tables (aiconfigurator-core's"
+            f" systems/data: {', '.join(MEASURED_SYSTEMS[:4])}, ...): unset it to read the"
+            " installed package",
+        )  # fmt: skip
+    return path
+
+
 def switched_off() -> bool:
-    """``PLAN_MEASURED=off``: run on the profiles' priors even with the tables installed."""
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "no", "false")
+    """``PLAN_MEASURED=off``: run on the profiles' priors even with the tables installed;
+    unset, empty or on: the tables. Any other value is refused (a typo ``offf`` meant on)."""
+    value = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if value in ("off", "0", "no", "false"):
+        return True
+    if value in ("", "on", "1", "yes", "true"):
+        return False
+    from simulator.specs.loading import SpecError
+
+    raise SpecError(
+        "(environment)", ENV_SWITCH,
+        f"{os.environ[ENV_SWITCH]!r} is neither off (the profiles' priors) nor on (the measured"
+        " tables)",
+    )  # fmt: skip
 
 
 def tables_available() -> bool:

@@ -826,6 +826,51 @@ def test_fit_writes_into_the_user_folder_not_the_package(
     assert sorted(p.name for p in (PROFILES_DIR / "h100").iterdir()) == before
 
 
+def _edited_fit(fit: dict, change: str) -> dict:
+    """A fitted latency file as a hand edit leaves it (``change`` names the edit)."""
+    model = fit["models"][0]
+    if change == "launch-1e300":
+        model["roofline"]["launch_s"] = 1e300
+    elif change == "efficiency-1e9":
+        model["roofline"]["compute_efficiency"] = 1e9
+    elif change == "class-twice":
+        fit["models"] = [model, model]
+    elif change == "other-device":
+        fit["device"] = "h100"
+    return fit
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        # a TTFT of 300 digits and 0.0 tok/s, exit 0
+        ("launch-1e300", "models.0.roofline.launch_s: Input should be less than or equal to 0.001"),
+        ("efficiency-1e9", "compute_efficiency: Input should be less than or equal to 1.5"),
+        ("class-twice", "op_class 'gemm' is fitted twice"),
+        # an h100 fit under profiles/gb300/ priced GB300 with H100's kernels, unsaid
+        ("other-device", "device: 'h100': fitted for another device than 'gb300'"),
+    ],
+)
+def test_a_hand_edited_fit_in_the_user_folder_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str, fragment: str
+) -> None:
+    monkeypatch.setenv("PLAN_HOME", str(tmp_path / "home"))
+    rows = "".join(f"gemm,bf16,{m},4096,4096,{5 + m * 0.01:.3f}\n" for m in range(1, 300, 7))
+    meas = write(tmp_path, "m.csv", "op,dtype,m,n,k,latency_us\n" + rows)
+    fit = tmp_path / "fit.json"
+    code, _, stderr = plan("fit", "--device", "gb300", "--measurements", meas, "--out", str(fit))
+    assert code == 0, stderr
+    folder = tmp_path / "home" / "profiles" / "gb300"
+    folder.mkdir(parents=True)
+    target = folder / "latency_models.json"
+    target.write_text(json.dumps(_edited_fit(json.loads(fit.read_text()), change)))
+    code, _, stderr = plan("step", "--model", "llama-3.1-8b", "--device", "gb300", "--decode", "4")
+    assert code == 2, stderr
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith(f"error: {target}: ")
+    assert fragment in line, line
+
+
 # ------------------------------------------------------------------------------ calibrate
 
 NO_TORCH = 'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'

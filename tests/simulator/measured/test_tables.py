@@ -392,3 +392,47 @@ def test_the_known_systems_are_the_installed_packages(monkeypatch: pytest.Monkey
         pytest.skip(f"aiconfigurator-core {source.package_version}, not {TESTED_VERSION}")
     folders = sorted(p.name for p in source.root.iterdir() if p.is_dir())
     assert list(MEASURED_SYSTEMS) == folders
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        # a typo of off read as on; a missing or foreign folder ran on priors, unsaid
+        ("PLAN_MEASURED", "offf", "PLAN_MEASURED: 'offf' is neither off"),
+        ("PLAN_MEASURED", "2", "PLAN_MEASURED: '2' is neither off"),
+        ("PLAN_MEASURED_DATA", "{tmp}/nowhere", "PLAN_MEASURED_DATA: no such folder"),
+        ("PLAN_MEASURED_DATA", "{tmp}/file", "PLAN_MEASURED_DATA: not a folder (a file)"),
+        ("PLAN_MEASURED_DATA", "{tmp}/empty", "holds no system folder of the measured tables"),
+    ],
+)
+def test_a_bad_measured_tables_variable_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, fragment: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.measured import device
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    monkeypatch.delenv("PLAN_MEASURED", raising=False)
+    monkeypatch.setenv(variable, value.format(tmp=tmp_path))
+    device.reset()
+    result = CliRunner().invoke(
+        app, ["step", "--model", "llama-3.1-8b", "--device", "h200", "--decode", "4"]
+    )
+    device.reset()
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("value", ["off", "OFF", " no ", "0", "on", "", "true"])
+def test_the_measured_tables_switch_takes_its_words(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from simulator.measured.package import switched_off
+
+    monkeypatch.setenv("PLAN_MEASURED", value)
+    assert switched_off() is (value.strip().lower() in ("off", "no", "0"))
