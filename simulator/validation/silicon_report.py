@@ -129,6 +129,14 @@ def validate(
     loaded = load_silicon(path)
     models = list(models)
     chosen = select(loaded.points, models, limit)
+    if not chosen:  # a table of 0 points, exit 0, was the answer
+        why = (
+            f"the --models filter leaves none of its {len(loaded.points):,} points"
+            if loaded.points
+            else f"no point to simulate ({loaded.rows:,} rows, {sum(loaded.skipped.values()):,}"
+            " skipped)"
+        )
+        raise SpecError(path, "(points)", why)
     runs = []
     for k in range(replicates):
         offset = k * len(chosen)
@@ -139,6 +147,13 @@ def validate(
         )
         runs.append(run_points(chosen, requests_per_conc, seed + k, workers, step, cache_dir))
     results = runs[0]
+    if not any(r.ok for r in results):  # nothing to compare: no honest table
+        common = Counter(r.status for r in results).most_common(2)
+        raise SpecError(
+            path, "(points)",
+            f"none of its {len(results):,} points could be simulated: "
+            + "; ".join(f"{status} ({n:,})" for status, n in common),
+        )  # fmt: skip
     return SiliconReport(
         data=path,
         rows=loaded.rows,

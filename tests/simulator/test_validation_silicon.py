@@ -200,6 +200,10 @@ def test_load_counts_skips_and_keeps_file_rows(tmp_path: Path) -> None:
         ({"tp_size": ""}, "row 1, column tp_size", "empty cell"),
         ({"silicon_ttft_ms": "-3"}, "row 1, column silicon_ttft_ms", "must be positive"),
         ({"silicon_tpot_ms": "nan"}, "row 1, column silicon_tpot_ms", "must be positive"),
+        # a RandomPromptWorkload ValidationError of 4 lines, exit 1, at simulation time
+        ({"isl": "10000001"}, "row 1, column isl", "10000001 exceeds 1e+07"),
+        ({"osl": "1e12"}, "row 1, column osl", "1e12 exceeds 1e+07"),
+        ({"silicon_ttft_ms": "1e300"}, "row 1, column silicon_ttft_ms", "1e300 exceeds 1e+12"),
     ],
 )
 def test_bad_cells_name_file_row_and_column(
@@ -498,3 +502,20 @@ def test_scripts_without_expert_parallel_shard_the_experts(
     point = s.map_row(Path("f.csv"), 1, record(changes), s.devices_by_system())
     assert isinstance(point, s.SiliconPoint), point
     assert sim.scenario_of(point).serving.ep == ep
+
+
+@pytest.mark.parametrize(
+    ("changes", "models", "reason"),
+    [
+        ({"system": "no_such_system"}, (), "no point to simulate (1 rows, 1 skipped)"),
+        ({}, ("qwen3-32b",), "the --models filter leaves none of its 1 points"),
+    ],
+)
+def test_a_validation_left_with_no_point_is_refused(
+    tmp_path: Path, changes: dict[str, str], models: tuple[str, ...], reason: str
+) -> None:
+    """A table of 0 points with exit 0 was the answer (validate inferencemax refused it)."""
+    data = write(tmp_path / "s.csv", [changes])
+    with pytest.raises(SpecError) as info:
+        sr.validate(data, models)
+    assert (info.value.field, info.value.reason) == ("(points)", reason)
