@@ -51,7 +51,8 @@ def _number(flag: str, value: float | None, upper: float, zero_ok: bool = False)
     if value < 0 or (value == 0 and not zero_ok):
         raise SpecError(ARGS, flag, f"must be {'>= 0' if zero_ok else '> 0'}, got {value:g}")
     if value > upper:
-        raise SpecError(ARGS, flag, f"{value:.4g} is beyond {upper:.0e} (a unit mix-up?)")
+        hint = " (a unit mix-up?)" if flag.endswith("params") else ""  # bytes for a count
+        raise SpecError(ARGS, flag, f"{value:,g} exceeds {upper:,g}{hint}")
 
 
 def _precision(flag: str, value: str) -> WeightPrecision:

@@ -163,6 +163,9 @@ CORPUS: list[tuple[str, Callable[[Path], list[str]], str, list[str]]] = [
      "(arguments)", ["--params", "finite"]),
     ("params-1e20", lambda t: [*MEM, "--params", "1e20", "--precision", "int2_g64"],
      "(arguments)", ["--params", "unit mix-up"]),
+    # "1e+04 is beyond 1e+04 (a unit mix-up?)": the value and the bound printed the same
+    ("layers-10001", lambda t: [*Q, "--layers", "10001", "--hidden", "8192"], "(arguments)",
+     ["--layers", "10,001 exceeds 10,000"]),
     ("precision-unknown", lambda t: [*MEM, "--params", "74e9", "--precision", "int1_g64"],
      "(arguments)", ["--precision", "unknown weight format 'int1_g64'", "int2_g64"]),
     ("precision-missing", lambda t: [*MEM, "--params", "74e9"], "(arguments)",
