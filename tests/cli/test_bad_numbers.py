@@ -634,8 +634,8 @@ CORPUS: list[Row] = [
     ("fit-latency-inf", fit_([*measured_gemms(6), {**GEMM, "latency_us": "inf"}]),
      "measured.csv", ["row 7, column latency_us"]),
     # ---- plan validate ops
-    ("validate-folds-beyond-rows", validate_(measured_gemms(39), "--folds", "1000"),
-     "(arguments)", ["folds", "1000", "39"]),
+    ("validate-folds-beyond-rows", validate_(measured_gemms(39), "--folds", "50"),
+     "(arguments)", ["folds", "50 folds for 39 gemm rows"]),
     ("validate-one-row", validate_(measured_gemms(1)), "measured.csv", ["gemm", "rows"]),
     ("validate-folds-leave-too-few", validate_(measured_gemms(5), "--folds", "5"),
      "(arguments)", ["folds", "at least 5"]),
