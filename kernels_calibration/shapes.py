@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 from simulator.cost.latency import LatencyModels
 from simulator.cost.step import StepCostModel
+from simulator.deployment import check_deployment
 from simulator.specs.hardware import HardwareProfile
+from simulator.specs.loading import SpecError
 from simulator.specs.model import ModelCard
 from simulator.specs.precision import WEIGHT_FORMATS
 from simulator.specs.serving import ServingConfig
@@ -181,6 +183,11 @@ def plan_jobs(
     for card in cards:
         for tp in tps:
             tag = f"{card.name} tp{tp}"
+            try:  # a TP vLLM would refuse for this card (its heads): no shapes to measure
+                check_deployment(card, ServingConfig(tp=tp))
+            except SpecError as exc:
+                plan.skip(f"{tag}: {exc.reason}")
+                continue
             _gemm(plan, card, tp, profile, latency, grid, impls, tag)
             if "triton" not in impls:
                 continue

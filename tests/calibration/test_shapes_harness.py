@@ -41,6 +41,20 @@ def test_hybrid_card_covers_every_op_class_it_runs() -> None:
     assert any("mxfp4" in s and "latent" in s for s in plan.not_measured)
 
 
+def test_a_tp_the_card_cannot_run_measures_nothing_and_says_why() -> None:
+    """TP 100,000 wrote GEMM rows with n = 0 and k = 0, which calibrate fit then refused:
+    the device's measurement folder was left unusable."""
+    card = catalog.model_card("kimi-k3")
+    plan = plan_jobs([card], [100_000], MI355X, SMOKE)
+    assert not [j for j in plan.jobs if "tp100000" in j.source]  # the per-card norms only
+    assert plan.not_measured == [
+        "kimi-k3 tp100000: tp 100000 does not divide the 96 attention heads of kimi-k3"
+    ]
+    mixed = plan_jobs([card], [8, 100_000], MI355X, SMOKE)
+    assert mixed.jobs == plan_jobs([card], [8], MI355X, SMOKE).jobs
+    assert all(v > 0 for j in mixed.jobs for v in j.dims().values() if isinstance(v, int))
+
+
 def test_gemm_grid_is_what_the_step_model_asks_for() -> None:
     card = catalog.model_card("llama-3.3-70b")
     plan = plan_jobs([card], [8], MI355X, FULL)
