@@ -137,7 +137,8 @@ def fit(
     profile = catalog.hardware_profile(device)
     # never into the installed package: the user's data folder unless --out says where
     path = out or user_device_dir(profile.name) / "latency_models.json"
-    check_output_file(path, "--out")
+    # without --out the path is the user data folder's: blame what set it, not --out
+    check_output_file(path, "--out" if out is not None else "(user data folder)")
     by_class = _measured_by_class(measurements, vidur, profile)
     if op_class:
         missing = sorted(set(op_class) - set(by_class))

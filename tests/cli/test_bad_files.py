@@ -826,6 +826,21 @@ def test_fit_writes_into_the_user_folder_not_the_package(
     assert sorted(p.name for p in (PROFILES_DIR / "h100").iterdir()) == before
 
 
+def test_fit_into_a_user_folder_that_is_a_file_blames_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It named --out, which was not given."""
+    home = tmp_path / "home"
+    home.write_text("x")
+    monkeypatch.setenv("PLAN_HOME", str(home))
+    rows = "".join(f"gemm,bf16,{m},4096,4096,{5 + m * 0.01:.3f}\n" for m in range(1, 300, 7))
+    meas = write(tmp_path, "m.csv", "op,dtype,m,n,k,latency_us\n" + rows)
+    code, _, stderr = plan("fit", "--device", "h100", "--measurements", meas)
+    assert code == 2
+    assert f": (user data folder): {home} is a file, not a folder" in stderr
+    assert "--out" not in stderr
+
+
 def _edited_fit(fit: dict, change: str) -> dict:
     """A fitted latency file as a hand edit leaves it (``change`` names the edit)."""
     model = fit["models"][0]
