@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from simulator import catalog
+from simulator.planner.analysis import NODE_GPUS
 from simulator.planner.expand import Candidate, Pruned, expand
 from simulator.planner.search import SEARCH_FILES
 from simulator.planner.space import SearchSpace
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 # tensor-parallel sizes tried, within the device's scale-up domain: past 8 only on rack-scale
 # domains (NVL72), where a model too large for 8 GPUs still runs on one NVLink fabric
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
-BOARD_TP = 8  # the widest TP of one 8-GPU board (HGX / OAM), the default's second size
 MIN_USERS = 8
 WORKLOADS = ("agentic", "chat", "random")
 SESSIONS = 1000  # generated sessions per run (closed loop: enough for every window)
@@ -195,8 +195,8 @@ def tp_tried(fits: list[int]) -> list[int]:
     smallest is 8 or more (a model that fills a board, on a rack-scale domain), also twice
     it: on NVL72 the next size adds KV room and decode bandwidth on the same fabric."""
     small = fits[0]
-    tried = {small, max(t for t in fits if t <= max(small, BOARD_TP))}
-    if small >= BOARD_TP and 2 * small in fits:
+    tried = {small, max(t for t in fits if t <= max(small, NODE_GPUS))}
+    if small >= NODE_GPUS and 2 * small in fits:
         tried.add(2 * small)
     return sorted(tried)
 
