@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from simulator.specs import limits
-from simulator.specs.loading import SpecError
+from simulator.specs.loading import SpecError, loads_unique
 from simulator.workload.request import (
     BlockIds,
     ChainedIds,
@@ -42,7 +42,7 @@ from simulator.workload.request import (
     content_keys,
     scope_key,
 )
-from simulator.workload.source import BadRecords, lines, loads_record, open_text
+from simulator.workload.source import BadRecords, lines, open_text
 
 BLOCK_TOKENS = 64
 Runs = tuple[tuple[int, int], ...]  # maximal inclusive runs of ids (``maximal_runs``)
@@ -337,7 +337,7 @@ def read_agentic(path: Path, bad: BadRecords) -> Iterator[Session]:
             continue
         for lineno, text in lines(file):
             try:
-                yield parse_trace(loads_record(text), f"{file.name}:{lineno}")
+                yield parse_trace(loads_unique(text), f"{file.name}:{lineno}")
             except json.JSONDecodeError as exc:
                 bad.handle(SpecError(file, f"line {lineno}", f"invalid JSON: {exc.msg}"))
             except ValueError as exc:
@@ -347,7 +347,7 @@ def read_agentic(path: Path, bad: BadRecords) -> Iterator[Session]:
 def _read_json_file(file: Path, bad: BadRecords) -> Iterator[Session]:
     with open_text(file) as fh:
         try:
-            doc = loads_record(fh.read())
+            doc = loads_unique(fh.read())
         except json.JSONDecodeError as exc:
             bad.handle(SpecError(file, f"line {exc.lineno}", f"invalid JSON: {exc.msg}"))
             return

@@ -5,13 +5,12 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
-import json
 import os
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from simulator.specs.loading import (
     TRACE_LIMIT,
@@ -207,25 +206,3 @@ def lines(path: Path) -> Iterator[tuple[int, str]]:
         for lineno, text in enumerate(fh, start=1):
             if text.strip():
                 yield lineno, text
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) < len(pairs):  # the rare case pays for finding which key
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"duplicate key {key!r} in one object: give it once")
-            seen.add(key)
-    return out
-
-
-def loads_record(text: str) -> Any:
-    """``json.loads`` of a trace record or file: a key given twice is a ValueError (``json``
-    keeps the last value without a word: ``"out": 10, "out": 2000`` replayed 2,000 tokens),
-    and so is nesting past Python's recursion limit (a RecursionError from ``json``); about
-    20 % slower than ``json.loads`` alone (0.22 vs 0.18 s on the 710 WEKA sessions)."""
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None

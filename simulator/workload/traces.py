@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.loading import SpecError, check_dir, stat_path
+from simulator.specs.loading import SpecError, check_dir, loads_unique, stat_path
 from simulator.workload.request import (
     EMPTY_IDS,
     Session,
@@ -35,7 +35,6 @@ from simulator.workload.source import (
     BadRecords,
     check_trace_file,
     lines,
-    loads_record,
     open_text,
 )
 
@@ -86,7 +85,7 @@ def read_mooncake(path: Path, bad: BadRecords) -> Iterator[Session]:
     last = 0.0
     for lineno, text in lines(path):
         try:
-            start, turn = _mooncake_turn(loads_record(text), scope)
+            start, turn = _mooncake_turn(loads_unique(text), scope)
             if start < last:
                 raise ValueError(f"timestamp goes backwards ({start * 1000:.0f} ms after "
                                  f"{last * 1000:.0f} ms)")  # fmt: skip
