@@ -135,6 +135,11 @@ def test_json_duplicate_keys_are_refused() -> None:
     assert parse_json('{"a": {"b": 1}}', "f") == {"a": {"b": 1}}
     with pytest.raises(SpecError, match="f: \\(json\\): duplicate key 'b'"):
         parse_json('{"a": {"b": 1, "b": 2}}', "f")
+    # json's other ValueErrors are the same one line (a 5,000-digit integer was exit 1)
+    with pytest.raises(SpecError, match="f: \\(json\\): Exceeds the limit \\(4300 digits\\)"):
+        parse_json('{"a": ' + "9" * 5000 + "}", "f")
+    with pytest.raises(SpecError, match="f: \\(json\\): invalid JSON: nested too deeply"):
+        parse_json("[" * 100_000 + "]" * 100_000, "f")
 
 
 def test_file_digest_follows_the_content(tmp_path: Path) -> None:
