@@ -321,9 +321,8 @@ def read_spec(path: Path) -> Any:
     except SpecError as exc:
         name = path.name.removesuffix(".yaml")
         example = EXAMPLES_DIR / f"{name}.yaml"
-        if not exc.reason.startswith("no such file") or path.parent != Path():
-            raise
-        if not name or not example.is_file():
+        bare_name = exc.reason.startswith("no such file") and path.parent == Path() and name
+        if not bare_name or not example.is_file():
             raise
         kind = spec_kind(read_yaml(example))
         raise SpecError(
