@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.specs.loading import SpecError
 from simulator.workload.replay import IdCounter, session_requests
 from simulator.workload.request import BlockIds, Request
 from simulator.workload.source import Source
@@ -128,11 +129,22 @@ class BlockSet:
             self.add_many(old[start : start + (1 << 20)])
 
 
+# Distinct block ids the reuse count holds: the table takes 16 bytes an id, 2 GiB at 2^27
+# (10,000 agentic sessions hold ~50 M; 10^6 of them filled 24 GB and were killed).
+MAX_REUSE_IDS = 1 << 27
+
+
+class TooManyBlocks(Exception):
+    """The reuse count would hold more than ``ReuseCounter.max_ids`` distinct block ids."""
+
+
 class ReuseCounter:
-    """Unlimited prefix cache over chain ids: hits of each prompt, then remember its blocks."""
+    """Unlimited prefix cache over chain ids: hits of each prompt, then remember its blocks
+    (at most ``MAX_REUSE_IDS`` distinct ids, then ``TooManyBlocks``)."""
 
     def __init__(self) -> None:
         self.seen = BlockSet()
+        self.max_ids = MAX_REUSE_IDS
 
     def hits(self, ids: BlockIds) -> int:
         """Leading blocks of ``ids`` seen before (binary search: chained ids make the seen
@@ -148,6 +160,8 @@ class ReuseCounter:
             else:
                 hi = mid - 1
         if lo < len(ids):
+            if seen.size + len(ids) - lo > self.max_ids:
+                raise TooManyBlocks
             seen.add_many(ids[lo:])
         return lo
 
@@ -188,7 +202,14 @@ def workload_stats(source: Source, limit: int | None = None) -> WorkloadStats:
         first_s, last_s = min(first_s, t), max(last_s, t)
         if source.has_prefix:
             block_tokens.add(req.block_tokens)
-            h = reuse.hits(req.block_hashes)
+            try:
+                h = reuse.hits(req.block_hashes)
+            except TooManyBlocks:
+                raise SpecError(
+                    source.label, "blocks", f"more than {reuse.max_ids:,} distinct prompt blocks"
+                    f" by request {len(prompt):,}: the reuse count keeps every one (16 bytes"
+                    " each); read fewer with --limit N",
+                ) from None  # fmt: skip
             hit_blocks += h
             hit_tokens += h * req.block_tokens
             prompt_blocks += -(-req.prompt_tokens // req.block_tokens)

@@ -92,6 +92,17 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str) -> No
     assert message in err
 
 
+def test_a_reuse_count_past_its_memory_bound_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 10^6 agentic sessions filled 24 GB before the bound (the real one is 2^27 block ids)
+    monkeypatch.setattr("simulator.workload.stats.MAX_REUSE_IDS", 5000)
+    code, _, err = plan("workload", "stats", "agentic", "--sessions", "3")
+    assert code == 2
+    assert err.strip().startswith("error: agentic: blocks: more than 5,000 distinct prompt blocks")
+    assert err.strip().endswith("read fewer with --limit N")
+    code, out, _ = plan("workload", "stats", "agentic", "--sessions", "3", "--limit", "1", "--json")
+    assert (code, json.loads(out)["requests"]) == (0, 1)
+
+
 def test_unknown_format_and_undetectable_file(tmp_path: Path, mooncake: Path) -> None:
     odd = tmp_path / "odd.txt"
     odd.write_text("hello\n")
