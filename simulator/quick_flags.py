@@ -77,10 +77,6 @@ def quick_card(
 ) -> QuickCard:
     """The quick card of these flags, or a SpecError naming the flag and the reason."""
     _number("--params", params, MAX_PARAMS)
-    if params < MIN_PARAMS:
-        raise SpecError(
-            ARGS, "--params", f"{params:g} is below {MIN_PARAMS:.0e}: give the count itself (74e9)"
-        )
     if precision is None:
         raise SpecError(ARGS, "--precision", "a quick card (--params) needs the weight format")
     _number("--active-params", active_params, MAX_PARAMS)
@@ -91,16 +87,22 @@ def quick_card(
             f"{count_text(active_params)} exceeds --params {count_text(params)}",
         )
     _number("--vision-params", vision_params, MAX_PARAMS, zero_ok=True)
+    for flag, count in (("--params", params), ("--active-params", active_params),
+                        ("--vision-params", vision_params)):  # fmt: skip
+        if count and count < MIN_PARAMS:  # 74 meant 74e9 (a vision tower of 0 is none)
+            raise SpecError(
+                ARGS, flag, f"{count:g} is below {MIN_PARAMS:.0e}: give the count itself (74e9)"
+            )
     _number(
         "--vision-activation-bytes-per-image",
         vision_activation_bytes_per_image,
         MAX_ACTIVATION_BYTES_PER_IMAGE,
         zero_ok=True,
     )
-    if not vision_params and vision_activation_bytes_per_image:
-        raise SpecError(
-            ARGS, "--vision-activation-bytes-per-image", "given without --vision-params"
-        )
+    for flag, value in (("--vision-activation-bytes-per-image", vision_activation_bytes_per_image),
+                        ("--vision-precision", vision_precision)):  # fmt: skip
+        if not vision_params and value:
+            raise SpecError(ARGS, flag, "given without --vision-params")
     _number("--layers", layers, limits.MAX_LAYERS)
     for flag, value in (("--hidden", hidden_size), ("--kv-heads", kv_heads)):
         _number(flag, value, MAX_WIDTH)

@@ -104,14 +104,17 @@ def examples_copy(
         str | None, typer.Argument(metavar="NAME", help="The example (plan examples list).")
     ] = None,
     every: Annotated[bool, typer.Option("--all", help="Copy every example.")] = False,
-    to: Annotated[
-        Path,
+    to_arg: Annotated[
+        str,
         typer.Option("--to", metavar="DIR", help="Copy into this folder (made if missing)."),
-    ] = Path(),
+    ] = ".",
 ) -> None:
     """Copy examples into a folder (never over an existing file), to edit and run."""
     if (name is None) == (not every):
         raise SpecError("(arguments)", "name", "give one example NAME, or --all")
+    if not to_arg:  # `--to "$DIR"` with DIR unset: not the current folder unasked
+        raise SpecError("(arguments)", "--to", "is empty; give a folder (without --to: here)")
+    to = Path(to_arg)
     chosen = examples() if every else [example(name or "")]
     found = stat_output(to, "--to")  # a dangling link, a name too long, a parent a file
     if found is None:

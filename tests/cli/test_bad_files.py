@@ -485,6 +485,9 @@ CASES: list[Case] = [
     ("examples-copy-to-a-file",
      lambda t: ["examples", "copy", "--all", "--to", write(t, "o.txt", "x")],
      ["o.txt: --to: is a file, not a folder"]),
+    ("examples-copy-to-empty",  # `--to "$DIR"` with DIR unset wrote into the current folder
+     lambda t: ["examples", "copy", "--all", "--to", ""],
+     ["(arguments): --to: is empty; give a folder"]),
     ("examples-copy-unknown", lambda t: ["examples", "copy", "nope"],
      ["(arguments): name: unknown example 'nope'; known: kimi-k3-mi355x-1p1d-agentic"]),
     ("examples-copy-name-and-all",

@@ -185,6 +185,14 @@ CORPUS: list[tuple[str, Callable[[Path], list[str]], str, list[str]]] = [
      ["--vision-precision", "unknown weight format"]),
     ("vision-activation-alone", lambda t: [*Q, "--vision-activation-bytes-per-image", "1e9"],
      "(arguments)", ["--vision-activation-bytes-per-image", "without --vision-params"]),
+    # an active count of 9 (meant 9e9) priced every step's weights at 9 parameters
+    ("active-below-a-million", lambda t: [*Q, "--active-params", "9"], "(arguments)",
+     ["--active-params", "9 is below 1e+06"]),
+    ("vision-below-a-million", lambda t: [*Q, "--vision-params", "1.7"], "(arguments)",
+     ["--vision-params", "1.7 is below 1e+06"]),
+    # the precision of a vision tower that is not there was accepted and ignored
+    ("vision-precision-alone", lambda t: [*Q, "--vision-precision", "fp8"], "(arguments)",
+     ["--vision-precision", "without --vision-params"]),
     ("layers-zero", lambda t: [*Q, "--layers", "0"], "(arguments)", ["--layers", "> 0"]),
     ("kv-heads-negative", lambda t: [*Q, "--layers", "4", "--kv-heads=-8"], "(arguments)",
      ["--kv-heads", "> 0"]),
