@@ -71,6 +71,11 @@ MAX_TIME_SCALE = 1e4
 # Concurrency of one measured benchmark point (a validation CSV's conc): 8x the largest in
 # the public sets (8,192, InferenceMAX v1); 10^9 built a billion-request scenario.
 MAX_BENCHMARK_CONCURRENCY = 65_536
+# (most, least) of a measured point's rates (tok/s per GPU, tok/s per user) and latencies
+# (E2E s): far beyond the public sets both ways (InferenceMAX v1: 23-37,000 tok/s/GPU,
+# 7-440 tok/s/user, 2-620 s); 1e-300 tok/s printed an error of 10^302 %.
+BENCHMARK_TOK_PER_S = (1e7, 1e-3)
+BENCHMARK_LATENCY_S = (1e6, 1e-4)
 
 
 def at_most(bound: float, why: str) -> AfterValidator:

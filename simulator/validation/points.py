@@ -169,6 +169,7 @@ def _number(
     text: str,
     kind: type[float] | type[int],
     maximum: float = math.inf,
+    minimum: float = 0.0,
 ) -> Any:
     try:
         value = kind(text)
@@ -180,7 +181,12 @@ def _number(
     if value > maximum:
         raise SpecError(
             file, f"row {row}, column {column}",
-            f"{text} exceeds {maximum:,} (simulator/specs/limits.py)",
+            f"{text} exceeds {maximum:,.0f} (simulator/specs/limits.py)",
+        )  # fmt: skip
+    if value < minimum:
+        raise SpecError(
+            file, f"row {row}, column {column}",
+            f"{text} is below {minimum:g} (simulator/specs/limits.py)",
         )  # fmt: skip
     return value
 
@@ -263,10 +269,17 @@ def load_points(path: str | Path) -> LoadedPoints:
                 isl=seq[0],
                 osl=seq[1],
                 interactivity=_number(
-                    file, i, "interactivity_tok_s_user", cells["interactivity_tok_s_user"], float
-                ),
-                e2e_s=_number(file, i, "e2e_latency_s", cells["e2e_latency_s"], float),
-                tput_per_gpu=_number(file, i, "tput_per_gpu", cells["tput_per_gpu"], float),
+                    file, i, "interactivity_tok_s_user", cells["interactivity_tok_s_user"], float,
+                    *limits.BENCHMARK_TOK_PER_S,
+                ),  # fmt: skip
+                e2e_s=_number(
+                    file, i, "e2e_latency_s", cells["e2e_latency_s"], float,
+                    *limits.BENCHMARK_LATENCY_S,
+                ),  # fmt: skip
+                tput_per_gpu=_number(
+                    file, i, "tput_per_gpu", cells["tput_per_gpu"], float,
+                    *limits.BENCHMARK_TOK_PER_S,
+                ),  # fmt: skip
             )
         )
     return out

@@ -50,6 +50,9 @@ from simulator.validation.silicon_serve import serve_flags
 
 CSV_NAME = "silicon_sample.csv"
 MAX_LATENCY_MS = limits.MAX_TRACE_TIME_S * 1e3
+# No measured TTFT or TPOT is below a microsecond (the 0.12.0 file: TTFT >= 25 ms, TPOT >=
+# 1.9 ms); 1e-300 ms printed an error of 10^300 %.
+MIN_LATENCY_MS = 1e-3
 
 REQUIRED_COLUMNS = (
     "id",
@@ -179,7 +182,9 @@ def _cell(rec: dict[str, str | None], column: str) -> str:
     return (rec.get(column) or "").strip()
 
 
-def _float(file: Path, row: int, column: str, text: str, maximum: float = math.inf) -> float:
+def _float(
+    file: Path, row: int, column: str, text: str, maximum: float = math.inf, minimum: float = 0.0
+) -> float:
     if not text:
         raise SpecError(file, f"row {row}, column {column}", "empty cell")
     try:
@@ -192,6 +197,11 @@ def _float(file: Path, row: int, column: str, text: str, maximum: float = math.i
         raise SpecError(
             file, f"row {row}, column {column}",
             f"{text} exceeds {maximum:,g} (simulator/specs/limits.py)",
+        )  # fmt: skip
+    if value < minimum:
+        raise SpecError(
+            file, f"row {row}, column {column}", f"{text} is below {minimum:g} (simulator/"
+            "validation/silicon.py: MIN_LATENCY_MS)",
         )  # fmt: skip
     return value
 
@@ -301,8 +311,12 @@ def map_row(
     if osl < 2:
         return "osl < 2: no TPOT"
     # a measured latency past 10^9 s is no measurement (1e300 ms was accepted)
-    ttft = _float(file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"), MAX_LATENCY_MS)
-    tpot = _float(file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"), MAX_LATENCY_MS)
+    ttft = _float(
+        file, row, "silicon_ttft_ms", _cell(rec, "silicon_ttft_ms"), MAX_LATENCY_MS, MIN_LATENCY_MS
+    )
+    tpot = _float(
+        file, row, "silicon_tpot_ms", _cell(rec, "silicon_tpot_ms"), MAX_LATENCY_MS, MIN_LATENCY_MS
+    )
     measured = measured_date(_cell(rec, "silicon_data_source"))
     flag = script_flag(model_path, system, quant[0], measured)
     serve = serve_flags(model_path, system, quant[0], measured)

@@ -204,6 +204,8 @@ def test_load_counts_skips_and_keeps_file_rows(tmp_path: Path) -> None:
         ({"isl": "10000001"}, "row 1, column isl", "10000001 exceeds 1e+07"),
         ({"osl": "1e12"}, "row 1, column osl", "1e12 exceeds 1e+07"),
         ({"silicon_ttft_ms": "1e300"}, "row 1, column silicon_ttft_ms", "1e300 exceeds 1e+12"),
+        # ... and 1e-300 ms printed an error of 10^300 %
+        ({"silicon_tpot_ms": "1e-300"}, "row 1, column silicon_tpot_ms", "1e-300 is below 0.001"),
     ],
 )
 def test_bad_cells_name_file_row_and_column(
