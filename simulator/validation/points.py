@@ -191,6 +191,19 @@ def _number(
     return value
 
 
+_MEASURED_BOUNDS = {
+    "interactivity_tok_s_user": limits.BENCHMARK_TOK_PER_S,
+    "e2e_latency_s": limits.BENCHMARK_LATENCY_S,
+    "tput_per_gpu": limits.BENCHMARK_TOK_PER_S,
+}
+
+
+def _measured(file: Path, row: int, cells: dict[str, str], column: str) -> float:
+    """A measured rate or latency of the point, within ``_MEASURED_BOUNDS``."""
+    value: float = _number(file, row, column, cells[column], float, *_MEASURED_BOUNDS[column])
+    return value
+
+
 def read_records(
     file: Path, required: Sequence[str], directory_hint: str = ""
 ) -> list[dict[str, str | None]]:
@@ -246,6 +259,7 @@ def load_points(path: str | Path) -> LoadedPoints:
         if overrides is None:
             out.skipped[f"no precision mapping for {card} {cells['precision']!r}"] += 1
             continue
+
         seq = SEQUENCES.get(cells["sequence"])
         if seq is None:
             raise SpecError(
@@ -268,18 +282,9 @@ def load_points(path: str | Path) -> LoadedPoints:
                 conc=_number(file, i, "conc", cells["conc"], int, limits.MAX_BENCHMARK_CONCURRENCY),
                 isl=seq[0],
                 osl=seq[1],
-                interactivity=_number(
-                    file, i, "interactivity_tok_s_user", cells["interactivity_tok_s_user"], float,
-                    *limits.BENCHMARK_TOK_PER_S,
-                ),  # fmt: skip
-                e2e_s=_number(
-                    file, i, "e2e_latency_s", cells["e2e_latency_s"], float,
-                    *limits.BENCHMARK_LATENCY_S,
-                ),  # fmt: skip
-                tput_per_gpu=_number(
-                    file, i, "tput_per_gpu", cells["tput_per_gpu"], float,
-                    *limits.BENCHMARK_TOK_PER_S,
-                ),  # fmt: skip
+                interactivity=_measured(file, i, cells, "interactivity_tok_s_user"),
+                e2e_s=_measured(file, i, cells, "e2e_latency_s"),
+                tput_per_gpu=_measured(file, i, cells, "tput_per_gpu"),
             )
         )
     return out

@@ -134,13 +134,13 @@ class BlockSet:
 MAX_REUSE_IDS = 1 << 27
 
 
-class TooManyBlocks(Exception):
+class TooManyBlocksError(Exception):
     """The reuse count would hold more than ``ReuseCounter.max_ids`` distinct block ids."""
 
 
 class ReuseCounter:
     """Unlimited prefix cache over chain ids: hits of each prompt, then remember its blocks
-    (at most ``MAX_REUSE_IDS`` distinct ids, then ``TooManyBlocks``)."""
+    (at most ``MAX_REUSE_IDS`` distinct ids, then ``TooManyBlocksError``)."""
 
     def __init__(self) -> None:
         self.seen = BlockSet()
@@ -161,7 +161,7 @@ class ReuseCounter:
                 hi = mid - 1
         if lo < len(ids):
             if seen.size + len(ids) - lo > self.max_ids:
-                raise TooManyBlocks
+                raise TooManyBlocksError
             seen.add_many(ids[lo:])
         return lo
 
@@ -204,7 +204,7 @@ def workload_stats(source: Source, limit: int | None = None) -> WorkloadStats:
             block_tokens.add(req.block_tokens)
             try:
                 h = reuse.hits(req.block_hashes)
-            except TooManyBlocks:
+            except TooManyBlocksError:
                 raise SpecError(
                     source.label, "blocks", f"more than {reuse.max_ids:,} distinct prompt blocks"
                     f" by request {len(prompt):,}: the reuse count keeps every one (16 bytes"
