@@ -206,6 +206,16 @@ class Lookups:
         }
         return self._bind(name, f"kda_{phase}", family, {}, free[phase])
 
+    def linear_mixed(self, name: str, hk: float, hv: float) -> LongerOf | None:
+        """The chunked prefill of a batch with decodes in it (``LongerOf`` the curve's
+        answers at the prefills alone and at every sequence of the batch)."""
+        key = name + "|mixed"
+        found = self._by_name.get(key, _MISSING)
+        if found is _MISSING:
+            curve = self.linear(name, "prefill", hk, hv)
+            found = self._by_name[key] = None if curve is None else LongerOf(curve)
+        return found  # type: ignore[no-any-return]
+
     def collective(self, name: str, op_class: str, world: float) -> Curve | None:
         return self._bind(name, op_class, {"world": world}, {}, ("bytes",))
 
@@ -224,3 +234,56 @@ class Lookups:
         measured = float(near[0])
         family = {"world": measured, "backend": backend, "phase": phase}
         return self._bind(name, "moe_alltoall", family, {}, ("bytes",)), measured
+
+
+class LongerOf:
+    """The larger of one curve's answers at two points ``(a0, b0, a1, b1)``: a varlen kernel
+    timed only at equal lengths.
+
+    vLLM's chunked KDA / GDN kernel takes a batch's decodes as length-1 sequences beside its
+    prefill chunks (vllm_mechanics.md 6.2). The table holds batches of one length; the
+    kernel walks each sequence's chunks in order (``chunk_gated_delta_rule_fwd_h``), so one
+    long chunk beside decodes takes at least as long as that chunk alone, and every sequence's
+    state is loaded and stored, so at least as long as the same tokens spread evenly over all
+    of them. The larger of the two is the bound priced: an 8,192-token chunk with 8 decodes
+    was priced as 9 sequences of 911 tokens, cheaper than the chunk alone. Both queries count
+    on the curve.
+    """
+
+    __slots__ = ("curve", "last_outside")
+
+    def __init__(self, curve: Curve) -> None:
+        self.curve = curve
+        self.last_outside = False
+
+    def seconds(self, *x: float) -> float:
+        c = self.curve
+        alone = c.seconds(x[0], x[1])
+        alone_outside = c.last_outside
+        spread = c.seconds(x[2], x[3])
+        if alone >= spread:
+            self.last_outside = alone_outside
+            return alone
+        self.last_outside = c.last_outside
+        return spread
+
+    # the bookkeeping of templates (simulator/cost/compiled.py) reads and adds these
+    @property
+    def status(self) -> int:
+        return self.curve.status
+
+    @property
+    def queries(self) -> int:
+        return self.curve.queries
+
+    @queries.setter
+    def queries(self, n: int) -> None:
+        self.curve.queries = n
+
+    @property
+    def outside(self) -> int:
+        return self.curve.outside
+
+    @outside.setter
+    def outside(self, n: int) -> None:
+        self.curve.outside = n

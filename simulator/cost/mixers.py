@@ -10,7 +10,7 @@ With ``so.static_off`` only the dynamic lines are recorded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -218,14 +218,19 @@ def record_linear(so: StepOps, n: float) -> None:
     so.gemm(f"{la.kind}.in_proj", "recurrent", n, t, proj, d, "linear_attention")
     fused = False  # KDA's measured decode kernel includes the short conv and gated norm
     if s.num_prefills:
-        # decodes batched with prefills take the chunked kernel as length-1 sequences
+        # decodes batched with prefills take the chunked kernel as length-1 sequences; with
+        # decodes in it, the longer of the prefills alone and all sequences at their mean
+        # length (``lookups.LongerOf``)
         seqs = s.num_prefills + s.num_decodes
         work = ops.kda_prefill(seqs, s.num_tokens / seqs, hv, dk, state_b, dv)
-        curve = so.look.linear(f"{so.prefix}{la.kind}.chunked_prefill", "prefill", hk, hv)
-        so.add(
-            f"{la.kind}.chunked_prefill", "kda_prefill", "recurrent", n, work, bf16,
-            curve, (float(seqs), s.num_tokens / seqs),
-        )  # fmt: skip
+        name = f"{so.prefix}{la.kind}.chunked_prefill"
+        at: tuple[float, ...] = (float(seqs), s.num_tokens / seqs)
+        if s.num_decodes:
+            curve: Any = so.look.linear_mixed(name, hk, hv)
+            at = (float(s.num_prefills), s.prefill_tokens / s.num_prefills, *at)
+        else:
+            curve = so.look.linear(name, "prefill", hk, hv)
+        so.add(f"{la.kind}.chunked_prefill", "kda_prefill", "recurrent", n, work, bf16, curve, at)
     else:
         q = s.decode_tokens / s.num_decodes
         work = ops.kda_decode(s.num_decodes, hv, dk, dv, state_b, q)
