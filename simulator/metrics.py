@@ -63,16 +63,11 @@ from simulator.window import (
     window_tokens,
 )
 
-# the counts a run's requests end in, one each (Summary's fields)
-REQUEST_OUTCOMES = (
-    "requests_rejected", "requests_finished", "requests_in_flight_at_end",
-    "requests_waiting_at_end",
-)  # fmt: skip
-
 
 def requests_seen(summary: Mapping[str, Any]) -> int:
-    """Every request a run saw (a Summary's fields, dumped): refused, finished or not yet."""
-    return int(sum(summary.get(k, 0) for k in REQUEST_OUTCOMES))
+    """Every request a run saw (a Summary's fields, dumped): refused, finished (inside the
+    window or not) or not yet."""
+    return int(summary.get("requests_seen", 0))
 
 
 class Summary(Frozen):
@@ -86,7 +81,10 @@ class Summary(Frozen):
     requests_finished: int  # arrived after the warm-up, finished inside the window
     requests_in_flight_at_end: int  # admitted, not finished when the run stopped
     requests_waiting_at_end: int  # in a waiting queue when the run stopped
-    requests_rejected: int
+    requests_rejected: int  # refused (past max_model_len) over the whole run
+    # every request the run saw: finished (in the window or not), refused, or unfinished at
+    # the end (the denominator of the refused share; requests_finished counts the window's)
+    requests_seen: int
     throughput_tok_per_s_per_gpu: float
     output_tok_per_s_per_gpu: float
     prompt_tokens_in_window: float  # served from cache or computed (pro rata of steps)
@@ -190,6 +188,7 @@ def summarize(
         requests_in_flight_at_end=len(rec.unfinished) - rec.waiting_at_end,
         requests_waiting_at_end=rec.waiting_at_end,
         requests_rejected=rejected,
+        requests_seen=len(rec.requests) + len(rec.unfinished),
         throughput_tok_per_s_per_gpu=(prompt + output) / window / num_gpus,
         output_tok_per_s_per_gpu=output / window / num_gpus,
         prompt_tokens_in_window=prompt,

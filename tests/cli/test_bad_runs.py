@@ -475,6 +475,16 @@ def test_a_run_with_some_requests_refused_says_how_many(tmp_path: Path) -> None:
     note = next(ln for ln in stdout.splitlines() if "were refused" in ln)
     assert f"{refused} of 40 requests ({refused / 40:.0%}) were refused" in note
     assert "exceed max_model_len 300" in note
+    assert data["requests_seen"] == 40
+    # with a warm-up the window's finished count is smaller, the run's requests are not: the
+    # share was refused / (window's finished + refused), 35 % where 29 % were refused
+    warmup = f"warmup_s={data['window_end_s'] / 3}"
+    code, stdout, stderr = plan(*argv, "--set", warmup, "--json")
+    data = json.loads(stdout)
+    assert (code, data["requests_seen"], data["requests_rejected"]) == (0, 40, refused)
+    assert data["requests_finished"] < served
+    code, stdout, stderr = plan(*argv, "--set", warmup)
+    assert f"{refused} of 40 requests ({refused / 40:.0%}) were refused" in stdout
 
 
 def test_a_run_of_few_requests_says_its_ttft_tail_is_rough(tmp_path: Path) -> None:

@@ -247,7 +247,11 @@ def test_speculative_decoding_pays_for_k_draft_passes() -> None:
 
 @pytest.mark.parametrize(
     ("card", "device", "tp"),
-    [("kimi-linear-48b-a3b", "h200", 1), ("kimi-k3", "mi355x", 8), ("qwen3.5-397b-a17b", "b200", 8)],
+    [
+        ("kimi-linear-48b-a3b", "h200", 1),
+        ("kimi-k3", "mi355x", 8),
+        ("qwen3.5-397b-a17b", "b200", 8),
+    ],
 )
 def test_decodes_beside_a_prefill_chunk_never_make_the_linear_attention_cheaper(
     card: str, device: str, tp: int

@@ -305,8 +305,10 @@ def test_runs_that_refused_requests_are_said_so() -> None:
     from simulator.planner.answer import refused_note
 
     ran = {"requests_rejected": 10, "requests_finished": 25, "requests_in_flight_at_end": 4,
-           "requests_waiting_at_end": 1}  # fmt: skip
+           "requests_waiting_at_end": 1, "requests_seen": 40}  # fmt: skip
     assert _refused_share(ran) == pytest.approx(0.25)
+    # 10 more finished in the warm-up: the share is of the run's requests (it read 10 / 40)
+    assert _refused_share({**ran, "requests_seen": 50}) == pytest.approx(0.2)
     assert _refused_share({"requests_finished": 0}) == 0.0
     assert refused_note(pd.DataFrame({"refused_share": [0.0, 0.0]})) is None
     assert refused_note(pd.DataFrame({"other": [1]})) is None
