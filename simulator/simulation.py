@@ -93,7 +93,9 @@ class SimResult:
                     else {}
                 ),
             }
-            for r in self.recorder.requests
+            # the unfinished too (status waiting / loading / running): the summary's TTFT
+            # counts those whose first token came inside the window
+            for r in (*self.recorder.requests, *self.recorder.unfinished)
         ]
         return pd.DataFrame(rows)
 

@@ -439,3 +439,20 @@ def test_configuration_ids_are_unique_over_generated_spaces(
     assert len(ids) == len(set(ids))
     names = [sc.name for c in candidates for sc in c.scenarios]
     assert len(names) == len(set(names))
+
+
+def test_the_request_table_holds_the_unfinished_and_gives_the_summary_ttft() -> None:
+    """A run cut off by its duration: requests.csv left out the requests still running or
+    waiting, so the summary's TTFT (which counts them) could not be recomputed from it."""
+    import numpy as np
+
+    scenario = _random_scenario(tp=1).model_copy(update={"duration_s": 3.0, "warmup_s": 0.5})
+    result = simulate(scenario)
+    s = result.summary
+    table = result.request_table()
+    left = table[~table.status.isin(["finished", "rejected"])]
+    assert len(left) == s.requests_in_flight_at_end + s.requests_waiting_at_end > 0
+    assert len(table) == s.requests_seen
+    w0, w1 = s.window_start_s, s.window_end_s
+    seen = table[(table.arrival_s >= w0) & table.first_token_s.between(w0, w1)]
+    assert float(np.percentile(seen.ttft_s, 50)) == pytest.approx(s.ttft_s_p50, rel=1e-12)
