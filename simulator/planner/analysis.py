@@ -239,13 +239,13 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
         "tokens_per_usd" if points.tokens_per_usd.notna().any() else "throughput_tok_per_s_per_gpu"
     )
     best = points.sort_values(key, ascending=False).groupby("device", sort=False).head(1).copy()
-    replicas: list[int] = []
+    need: list[float] = []  # deployments the demand needs, before rounding up
     if space.demand_users:
-        replicas = [math.ceil(space.demand_users / c) for c in best.concurrency]
+        need = [space.demand_users / c for c in best.concurrency]
     elif space.demand_requests_per_s:
-        replicas = [math.ceil(space.demand_requests_per_s / r) for r in best.requests_per_s]
-    if replicas:
-        _add_fleet(space, best, replicas)
+        need = [space.demand_requests_per_s / r for r in best.requests_per_s]
+    if need:
+        _add_fleet(space, best, need)
     basis = rank_basis(space, best)
     ascending = basis == "fleet_usd_per_hour"
     best = best.sort_values(basis, ascending=ascending, na_position="last", kind="stable")
@@ -253,10 +253,12 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     return best
 
 
-def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> None:
+def _add_fleet(space: SearchSpace, best: pd.DataFrame, need: list[float]) -> None:
     # a deployment (dp replicas of tp GPUs, or its prefill and decode replicas) serves
-    # `concurrency` users together
-    gpus = [n * int(g) for n, g in zip(replicas, best.gpus_per_deployment, strict=True)]
+    # `concurrency` users together; the fleet is whole deployments
+    replicas = [math.ceil(n) for n in need]
+    per_deployment = [int(g) for g in best.gpus_per_deployment]
+    gpus = [n * g for n, g in zip(replicas, per_deployment, strict=True)]
     prices = list(best.usd_per_gpu_hour)
     best["replicas"] = replicas
     best["gpus"] = gpus
@@ -265,10 +267,6 @@ def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> N
     best["usd_per_month"] = [
         h * HOURS_PER_MONTH if h is not None else None for h in best.usd_per_hour
     ]
-    if space.demand_users:
-        best["usd_per_user_hour"] = [
-            h / space.demand_users if h is not None else None for h in best.usd_per_hour
-        ]
     band = [model_error(d) for d in best.device]
     best["model_error_pct"] = [b.median_ape_pct for b in band]
     best["model_error_basis"] = [b.basis for b in band]
@@ -280,7 +278,9 @@ def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> N
         return math.ceil(n_gpus / per_unit - 1e-9)
 
     # the fleet if the simulator is off by its error band: capacity per deployment scales with
-    # the throughput (an optimistic model buys too few nodes)
+    # the throughput (an optimistic model buys too few nodes); whole deployments again, from
+    # the demand (not the rounded fleet: 700 users at 30 a deployment and +19.5 % need 20
+    # deployments, where 24 / 1.195 rounded up read 21)
     factors = {
         "band_low": [1.0 + b.median_ape_pct / 100.0 for b in band],
         "band_high": [max(1.0 - b.median_ape_pct / 100.0, 0.05) for b in band],
@@ -288,16 +288,16 @@ def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> N
         "ci_low": list(_ratio(best, "throughput_tok_per_s_per_gpu_ci_high")),
         "ci_high": list(_ratio(best, "throughput_tok_per_s_per_gpu_ci_low")),
     }
-    best["nodes_band_low"] = [
-        count(g / f, NODE_GPUS) for g, f in zip(gpus, factors["band_low"], strict=True)
-    ]
-    best["nodes_band_high"] = [
-        count(g / f, NODE_GPUS) for g, f in zip(gpus, factors["band_high"], strict=True)
-    ]
+
+    def gpus_at(fs: list[float]) -> list[int]:
+        return [count(n / f, 1) * g for n, f, g in zip(need, fs, per_deployment, strict=True)]
+
+    at = {end: gpus_at(fs) for end, fs in factors.items()}
+    best["nodes_band_low"] = [count(g, NODE_GPUS) for g in at["band_low"]]
+    best["nodes_band_high"] = [count(g, NODE_GPUS) for g in at["band_high"]]
     per_unit = [n for _, n in units]
     best["units"] = [count(g, n) for g, n in zip(gpus, per_unit, strict=True)]
-    ends = {end: [count(g / f, n) for g, f, n in zip(gpus, fs, per_unit, strict=True)]
-            for end, fs in factors.items()}  # fmt: skip
+    ends = {end: [count(g, n) for g, n in zip(at[end], per_unit, strict=True)] for end in at}
     best["units_band_low"], best["units_band_high"] = ends["band_low"], ends["band_high"]
     best["gpus_bought"] = [u * n for u, n in zip(best.units, per_unit, strict=True)]
 
@@ -307,6 +307,10 @@ def _add_fleet(space: SearchSpace, best: pd.DataFrame, replicas: list[int]) -> N
     best["fleet_usd_per_hour"] = cost(list(best.units))
     for end, counts in ends.items():
         best[f"fleet_usd_per_hour_{end}"] = cost(counts)
+    if space.demand_users:  # what is bought, per user (not the GPUs in use alone)
+        best["usd_per_user_hour"] = [
+            h / space.demand_users if h is not None else None for h in best.fleet_usd_per_hour
+        ]
     best["fleet_usd_per_month"] = [
         h * HOURS_PER_MONTH if h is not None else None for h in best.fleet_usd_per_hour
     ]

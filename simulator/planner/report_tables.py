@@ -143,11 +143,7 @@ def decision_table(space: SearchSpace, best: pd.DataFrame) -> Table:
         row = [str(b.get("rank", i + 1)), str(b.device), config_label(b), f"{int(b.concurrency)}"]
         if fleet:
             used, bought = int(b.gpus), int(b.gpus_bought)
-            per_user = (
-                b.fleet_usd_per_hour / space.demand_users
-                if space.demand_users and not missing(b.fleet_usd_per_hour)
-                else b.get("usd_per_user_hour")
-            )
+            per_user = b.get("usd_per_user_hour")  # the fleet bought / demand_users
             row += [
                 f"{bought:,}" + (f" ({used:,} in use)" if used != bought else ""),
                 f"{unit_text(b).split(' of ')[0]} ({int(b.units_band_low):,}"

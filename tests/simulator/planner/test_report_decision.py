@@ -198,6 +198,23 @@ def test_nvl72_systems_are_bought_by_the_rack(device: str, tp: int, demand: int)
     assert f"by the {b.unit} of {b.unit_gpus} GPUs" in text
 
 
+def test_the_cost_per_user_is_of_the_fleet_bought_and_the_band_ends_of_the_demand() -> None:
+    """usd_per_user_hour read the GPUs in use in best.csv and the racks bought in the report
+    ($3.34 vs $3.96 for one gb300 answer); the band ends scaled the rounded-up fleet, one
+    deployment too many (700 users at 30 a deployment, +19.5 %: 21 where 20 are needed)."""
+    space = space_of(devices=["gb300"], demand_users=125, concurrency=[1])
+    b = best_per_device(space, runs_of([run_row(space, "gb300", 1, 1000.0, 100.0, tp=4)])).iloc[0]
+    assert b.gpus_bought > b.gpus  # 7 racks, 500 GPUs in use
+    assert b.usd_per_user_hour == pytest.approx(b.fleet_usd_per_hour / 125)
+    space = space_of(devices=["h200"], demand_users=700, concurrency=[30])
+    b = best_per_device(space, runs_of([run_row(space, "h200", 30, 1000.0, 100.0, tp=8)])).iloc[0]
+    assert b.replicas == 24  # ceil(700 / 30)
+    f = 1.0 + b.model_error_pct / 100.0
+    assert b.units_band_low == math.ceil(700 / (30 * f))
+    f = max(1.0 - b.model_error_pct / 100.0, 0.05)
+    assert b.units_band_high == math.ceil(700 / (30 * f))
+
+
 def test_500_gb300_gpus_are_7_racks() -> None:
     space = space_of(devices=["gb300"], demand_users=125, concurrency=[1])
     best = best_per_device(space, runs_of([run_row(space, "gb300", 1, 1000.0, 100.0, tp=4)]))
