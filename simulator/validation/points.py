@@ -259,7 +259,6 @@ def load_points(path: str | Path) -> LoadedPoints:
         if overrides is None:
             out.skipped[f"no precision mapping for {card} {cells['precision']!r}"] += 1
             continue
-
         seq = SEQUENCES.get(cells["sequence"])
         if seq is None:
             raise SpecError(
