@@ -75,7 +75,6 @@ def runs_table(
             tput = r["throughput_tok_per_s_per_gpu"]
             out_tput = r["output_tok_per_s_per_gpu"]
             ok = passes(slo, reps)
-            spec = cand.knobs["speculative"]
             disagg = cand.knobs.get("disaggregation")
             dollars = _dollars(price, tput, out_tput, sc.num_gpus, sc.workload.concurrency)
             rows.append(
@@ -83,15 +82,7 @@ def runs_table(
                     "config_id": cand.config_id,
                     "device": cand.device,
                     "calibrated": device.calibrated,
-                    **{
-                        k: cand.knobs[k]
-                        for k in KNOBS
-                        if k not in ("speculative", "disaggregation")
-                    },
-                    "speculative": (
-                        f"{spec['method']} K={spec['num_speculative_tokens']}" if spec else ""
-                    ),
-                    "disaggregation": disaggregation_text(disagg),
+                    **knob_cells(cand.knobs),
                     "mode": "disaggregated" if disagg else "aggregated",
                     "gpus_per_deployment": sc.num_gpus,
                     "concurrency": sc.workload.concurrency,
@@ -238,7 +229,11 @@ def best_per_device(space: SearchSpace, runs: pd.DataFrame) -> pd.DataFrame:
     key = (
         "tokens_per_usd" if points.tokens_per_usd.notna().any() else "throughput_tok_per_s_per_gpu"
     )
-    best = points.sort_values(key, ascending=False).groupby("device", sort=False).head(1).copy()
+    # ties (an offload twin that never used its host memory) go to the smaller deployment,
+    # then the one without offload, then the id: not to the row order
+    ties = [c for c in ("gpus_per_deployment", "cpu_offload_bytes", "config_id") if c in points]
+    ordered = points.sort_values([key, *ties], ascending=[False] + [True] * len(ties))
+    best = ordered.groupby("device", sort=False).head(1).copy()
     need: list[float] = []  # deployments the demand needs, before rounding up
     if space.demand_users:
         need = [space.demand_users / c for c in best.concurrency]
@@ -327,15 +322,20 @@ def _ratio(best: pd.DataFrame, column: str) -> list[float]:
     return out
 
 
+def knob_cells(knobs: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's knobs as runs.csv and pruned.csv hold them: speculative decoding and
+    the xPyD split as text, the others as they are."""
+    spec = knobs["speculative"]
+    return {
+        **{k: knobs[k] for k in KNOBS if k not in ("speculative", "disaggregation")},
+        "speculative": f"{spec['method']} K={spec['num_speculative_tokens']}" if spec else "",
+        "disaggregation": disaggregation_text(knobs.get("disaggregation")),
+    }
+
+
 def pruned_table(pruned: list[Pruned]) -> pd.DataFrame:
     import pandas as pd
 
-    def value(knobs: dict[str, Any], k: str) -> Any:
-        return disaggregation_text(knobs.get(k)) if k == "disaggregation" else knobs[k]
-
     return pd.DataFrame(
-        [
-            {"device": p.device, **{k: value(p.knobs, k) for k in KNOBS}, "reason": p.reason}
-            for p in pruned
-        ]
+        [{"device": p.device, **knob_cells(p.knobs), "reason": p.reason} for p in pruned]
     )

@@ -13,44 +13,95 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def sensitivity(space: SearchSpace, runs: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
-    """Throughput change from moving each swept knob one step from a device's best config,
-    at the same concurrency (``throughput_change`` a fraction, ``throughput_change_pct`` the
-    same in percent)."""
+def sensitivity(
+    space: SearchSpace,
+    runs: pd.DataFrame,
+    best: pd.DataFrame,
+    pruned: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Each device's best configuration against those one knob one step away on that device
+    (every other knob equal), compared at their operating points: users per deployment at the
+    SLO (``users_from`` / ``users_to``) and throughput per GPU (``throughput_change`` a
+    fraction, ``throughput_change_pct`` the same in percent).
+
+    A step is to the next value the device was offered, in the sweep's order: one that ran
+    or one pruned (``pruned``, with its reason). ``plan size`` offers each device its own
+    TPs and offload sizes, so the merged sweep holds values another device tried."""
     import pandas as pd
 
+    if not _has_rows(runs):
+        return pd.DataFrame(columns=SENSITIVITY_COLUMNS)
+    points = operating_points(runs)
     rows = []
     for _, b in best.iterrows():
+        ran = runs[runs.device == b.device]
+        cut = pruned[pruned.device == b.device] if _has_rows(pruned) else None
         for knob in KNOBS:
             values = getattr(space.sweep, knob)
             # speculative decoding and the xPyD split are compared elsewhere (mode_comparison):
-            # a split changes the deployment's GPUs, so one step at equal users is not like
+            # a split changes the deployment's GPUs, so one step is not like for like
             if len(values) < 2 or knob in ("speculative", "disaggregation"):
                 continue
-            current = next((i for i, v in enumerate(values) if _equal_scalar(v, b[knob])), None)
+            others = [k for k in KNOBS if k != knob and k in ran.columns]
+            near = _alike(ran, b, others)
+            near_cut = _alike(cut, b, others) if cut is not None else None
+            offered = [v for v in values if _offered(v, knob, near, near_cut)]
+            current = next((i for i, v in enumerate(offered) if _equal_scalar(v, b[knob])), None)
             if current is None:
                 continue
-            for step in (-1, 1):
-                j = current + step
-                if not 0 <= j < len(values):
-                    continue
-                same = runs[(runs.device == b.device) & (runs.concurrency == b.concurrency)]
-                for other in KNOBS:  # (runs of older versions lack the newer knobs)
-                    if other != knob and other in same.columns:
-                        same = same[_equal(same[other], b[other])]
-                moved = same[_equal(same[knob], values[j])]
-                if moved.empty:
-                    rows.append({"device": b.device, "knob": knob, "from": b[knob],
-                                 "to": values[j], "throughput_change": None,
-                                 "throughput_change_pct": None,
-                                 "note": "pruned or not run"})  # fmt: skip
-                    continue
-                m = moved.iloc[0]
-                change = m.throughput_tok_per_s_per_gpu / b.throughput_tok_per_s_per_gpu - 1
-                rows.append({"device": b.device, "knob": knob, "from": b[knob], "to": values[j],
-                             "throughput_change": change, "throughput_change_pct": 100 * change,
-                             "note": "meets SLO" if m.slo_met else "misses SLO"})  # fmt: skip
-    return pd.DataFrame(rows)
+            for j in (current - 1, current + 1):
+                if 0 <= j < len(offered):
+                    row = _step(b, knob, offered[j], near, near_cut, points)
+                    rows.append({"device": b.device, "knob": knob, "from": b[knob], **row})
+    return pd.DataFrame(rows, columns=SENSITIVITY_COLUMNS)
+
+
+SENSITIVITY_COLUMNS = ("device", "knob", "from", "to", "users_from", "users_to",
+                       "throughput_change", "throughput_change_pct", "note")  # fmt: skip
+
+
+def _has_rows(table: pd.DataFrame | None) -> bool:
+    return table is not None and not table.empty and "device" in table.columns
+
+
+def _alike(table: pd.DataFrame, b: pd.Series, knobs: list[str]) -> pd.DataFrame:
+    """The rows of ``table`` whose ``knobs`` equal ``b``'s (runs of older versions lack the
+    newer knobs: a knob the table lacks is not compared)."""
+    for k in knobs:
+        if k in table.columns:
+            table = table[_equal(table[k], b[k])]
+    return table
+
+
+def _offered(value: object, knob: str, near: pd.DataFrame, cut: pd.DataFrame | None) -> bool:
+    return bool(_equal(near[knob], value).any()) or (
+        cut is not None and knob in cut.columns and bool(_equal(cut[knob], value).any())
+    )
+
+
+def _step(
+    b: pd.Series,
+    knob: str,
+    to: object,
+    near: pd.DataFrame,
+    cut: pd.DataFrame | None,
+    points: pd.DataFrame,
+) -> dict[str, Any]:
+    """The sensitivity row's figures for moving ``knob`` of ``b`` to ``to``."""
+    row: dict[str, Any] = {"to": to, "users_from": int(b.concurrency), "users_to": None,
+                           "throughput_change": None, "throughput_change_pct": None}  # fmt: skip
+    moved = near[_equal(near[knob], to)]
+    if moved.empty:
+        assert cut is not None  # (offered: it ran or was pruned)
+        reason = cut[_equal(cut[knob], to)].reason.iloc[0]
+        return {**row, "note": f"pruned: {reason}"}
+    point = points[points.config_id == moved.config_id.iloc[0]]
+    if point.empty:
+        return {**row, "note": "misses the SLO at every load tried"}
+    p = point.iloc[0]
+    change = p.throughput_tok_per_s_per_gpu / b.throughput_tok_per_s_per_gpu - 1
+    return {**row, "users_to": int(p.concurrency), "throughput_change": change,
+            "throughput_change_pct": 100 * change, "note": "at its operating point"}  # fmt: skip
 
 
 def _missing(x: object) -> bool:

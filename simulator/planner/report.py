@@ -144,7 +144,7 @@ def markdown(
         lines += ["", note + " Every column: best.csv, runs.csv."]
     lines += _verdict_lines(verdicts(space, runs, best, pruned))
     if sens is None and not best.empty:
-        sens = sensitivity(space, runs, best)
+        sens = sensitivity(space, runs, best, pruned)
     if sens is not None and not sens.empty:
         lines += ["", f"## {SENSITIVITY_TITLE}", "", *sensitivity_table(sens).markdown()]
     lines += mode_lines(mode_comparison(runs))
@@ -152,7 +152,9 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-SENSITIVITY_TITLE = "Sensitivity (one knob one step from each device's best, at the same users)"
+SENSITIVITY_TITLE = (
+    "Sensitivity (one knob one step from each device's best, each at its operating point)"
+)
 
 
 def _verdict_lines(found: list[Verdict]) -> list[str]:

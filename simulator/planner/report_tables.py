@@ -221,18 +221,22 @@ def units_note(best: pd.DataFrame) -> str:
 
 
 def sensitivity_table(sens: pd.DataFrame) -> Table:
-    """Each knob one step from a device's best, its throughput change in percent."""
+    """Each knob one step from a device's best: users per deployment at the SLO, and the
+    throughput change in percent, at the two operating points."""
     rows = []
     for _, s in sens.iterrows():
         pct = s.get("throughput_change_pct")
         if missing(pct) and not missing(s.get("throughput_change")):
             pct = 100 * s.throughput_change
+        users = s.get("users_to")  # (sensitivity.csv of older versions lacks it)
         rows.append([
             str(s.device), KNOB_NAMES.get(str(s.knob), str(s.knob)),
             knob_text(str(s.knob), s["from"]), knob_text(str(s.knob), s["to"]),
+            "-" if missing(users) else f"{int(s.users_from)} -> {int(users)}",
             "-" if missing(pct) else f"{pct:+.1f} %", str(s.note),
         ])  # fmt: skip
-    return Table(["device", "knob", "from", "to", "throughput per GPU", "at that setting"], rows)
+    return Table(["device", "knob", "from", "to", "users at the SLO", "throughput per GPU",
+                  "at that setting"], rows)  # fmt: skip
 
 
 def runs_view(runs: pd.DataFrame) -> Table:

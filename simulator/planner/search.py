@@ -121,7 +121,9 @@ def write_search_report(
 
     best = best_per_device(space, runs)
     pruned_df = pruned_table(pruned)
-    paths = write_report(stage, space, runs, best, sensitivity(space, runs, best), pruned_df)
+    paths = write_report(
+        stage, space, runs, best, sensitivity(space, runs, best, pruned_df), pruned_df
+    )
     (stage / "space.yaml").write_text(
         yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False)
     )

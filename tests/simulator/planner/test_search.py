@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.planner.analysis import best_per_device, operating_points, runs_table
+from simulator.planner.analysis import best_per_device, operating_points, pruned_table, runs_table
 from simulator.planner.compare import sensitivity
 from simulator.planner.executor import read_cached, run_all
 from simulator.planner.expand import expand
@@ -69,7 +69,7 @@ def test_cached_runs_are_not_run_again(searched) -> None:  # type: ignore[no-unt
 
 
 def test_operating_point_fleet_and_cost(searched) -> None:  # type: ignore[no-untyped-def]
-    space, candidates, _, results, _ = searched
+    space, candidates, pruned, results, _ = searched
     runs = runs_table(space, candidates, results)
     assert (runs.slo_met == (runs.interactivity_p90 >= 20.0)).all()
     ok = runs[runs.tokens_per_usd.notna()]
@@ -84,14 +84,16 @@ def test_operating_point_fleet_and_cost(searched) -> None:  # type: ignore[no-un
         assert b.replicas == -(-100 // b.concurrency)  # ceil(demand / users per replica)
         assert b.gpus == b.replicas * b.tp * b.dp
         assert b.nodes == -(-b.gpus // 8)
-    sens = sensitivity(space, runs, best)
-    assert set(sens.knob) <= {"tp", "dcp"}
+    sens = sensitivity(space, runs, best, pruned_table(pruned))
+    # TP8 DCP1 is all that ran: TP3 (heads) and DCP2 (KV heads) one step away were pruned
+    assert sorted(zip(sens.device, sens.knob, sens.to, strict=True)) == [
+        ("h100", "dcp", 2), ("h100", "tp", 3), ("h200", "dcp", 2), ("h200", "tp", 3)
+    ]  # fmt: skip
+    assert sens.note.str.startswith("pruned: ").all()
 
 
 def test_report_is_self_contained(searched) -> None:  # type: ignore[no-untyped-def]
     space, candidates, pruned, results, out = searched
-    from simulator.planner.analysis import pruned_table
-
     runs = runs_table(space, candidates, results)
     best = best_per_device(space, runs)
     paths = write_report(
