@@ -35,9 +35,10 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from simulator import catalog
 from simulator.planner.analysis import NODE_GPUS
-from simulator.planner.expand import Candidate, Pruned, expand
+from simulator.planner.expand import Candidate, Pruned, all_pruned_reason, expand
 from simulator.planner.search import SEARCH_FILES
 from simulator.planner.space import SearchSpace
+from simulator.planner.verdicts import MEMORY_REASONS
 from simulator.specs.frozen import Spec
 from simulator.specs.limits import MAX_GENERATED_SESSIONS, MAX_SEARCH_RUNS, at_most
 from simulator.specs.loading import SpecError, parse
@@ -305,6 +306,9 @@ def run_size(
 
         data = apply_overrides(data, overrides, "(arguments)")
     space, candidates, pruned = plan_candidates(data)
+    if not candidates and not any(m in p.reason for p in pruned for m in MEMORY_REASONS):
+        # nothing is too big: the --set values make no configuration valid (as plan search)
+        raise SpecError("(arguments)", "(configurations)", all_pruned_reason(pruned))
     at_most = planned_runs(space, candidates)
     if at_most > max_runs:
         raise SpecError(

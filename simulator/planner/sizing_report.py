@@ -68,9 +68,7 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
     """Write the answer, the deploy commands and the search report into ``stage``."""
     from simulator.planner.search import write_search_report
 
-    paths: list[Path] = []
-    if not result.runs.empty:
-        paths, _, _ = write_search_report(stage, result.space, result.runs, result.pruned)
+    paths, _, _ = write_search_report(stage, result.space, result.runs, result.pruned)
     (stage / "size.md").write_text(markdown(result))
     (stage / "size.json").write_text(json.dumps(as_json(result), indent=2, default=float) + "\n")
     script = ["#!/bin/sh", f"# {result.answer}", ""]

@@ -49,7 +49,7 @@ def min_gpus_for_weights(space: SearchSpace, device: str) -> int | None:
 
     card = catalog.model_card(space.model)
     profile = catalog.hardware_profile(device)
-    expert = max(space.sweep.ep) > 1 or space.serving.ep > 1
+    expert = card.moe is not None and (max(space.sweep.ep) > 1 or space.serving.ep > 1)
     budget = space.serving.gpu_memory_utilization * profile.usable_memory_bytes
     for tp in range(1, MAX_TP_TRIED + 1):
         trial = space.serving.model_copy(
@@ -101,6 +101,10 @@ def _pruned_verdict(space: SearchSpace, device: str, pruned: pd.DataFrame | None
         if profile.scale_up is not None
         else "has 1 per deployment: no scale-up fabric"
     )
+    if reasons and not any(m in r for r in reasons for m in MEMORY_REASONS):
+        # pruned for something else (an EP that does not span TP x DP, heads TP does not
+        # divide): the weights are not what stops it, whatever they need
+        return _invalid(device, reasons)
     if need is None:
         return Verdict(
             device,
@@ -120,10 +124,14 @@ def _pruned_verdict(space: SearchSpace, device: str, pruned: pd.DataFrame | None
             f"does not fit: the weights fit on {need} GPUs but leave no room for the KV cache"
             f" of one sequence ({has})",
         )
+    return _invalid(device, reasons)
+
+
+def _invalid(device: str, reasons: list[str]) -> Verdict:
     if not reasons:
         text = "every configuration was pruned (the reasons are in pruned.csv)"
     else:
-        text = f"no valid configuration: {max(set(reasons), key=reasons.count)}"
+        text = f"has no valid configuration: {max(sorted(set(reasons)), key=reasons.count)}"
     return Verdict(device, "no_valid_configuration", text)
 
 

@@ -35,6 +35,8 @@ FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "6
         ([*BASE, "--workers", "0"], "workers"),
         ([*BASE, "--set", "nonsense"], "set"),
         ([*BASE, "--set", "sweep.tpp=[1]"], "tpp"),
+        # nothing too big, every configuration invalid: as plan search, not an answer
+        ([*BASE, "--set", "sweep.ep=[8]"], "every configuration was pruned: serving.ep"),
         ([*BASE, "--max-runs", "1"], "--max-runs"),
         ([*BASE, "--seeds", "0"], "seeds"),
     ],
@@ -71,3 +73,16 @@ def test_a_sizing_answers_first_and_prints_the_deploy_line(tmp_path: Path) -> No
     # what the answer's latencies are worth on that device, in the file and the JSON
     assert "TTFT" in data["stated_error"]["h100"]["latency_note"]
     assert data["stated_error"]["h100"]["latency_note"] in (out / "size.md").read_text()
+
+
+def test_a_sizing_nothing_fits_still_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "size"
+    argv = ["size", "--model", "kimi-k3", "--users", "100", "--slo-interactivity", "30",
+            "--devices", "h100", "--quick", "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert "h100 does not fit: needs at least" in result.stdout
+    wrote = result.stderr.strip().splitlines()[-1]
+    assert wrote == f"wrote {out}/size.md, deploy.sh, report.html"
+    assert (out / "report.html").is_file()  # (it said so before it wrote one)
+    assert "weights exceed" in (out / "pruned.csv").read_text()
