@@ -74,11 +74,25 @@ ELEMENTWISE: dict[str, tuple[float, float, float]] = {
 
 
 def _read(path: Path) -> pd.DataFrame:
-    import pandas as pd
+    """One of Vidur's CSVs, every cell as text (checked by :func:`_column`)."""
+    from simulator.cost.shape_csv import read_table
+    from simulator.specs.loading import check_text_file
 
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise SpecError(path, "(file)", "no such file (is --vidur the vidur_profiling folder?)")
-    return pd.read_csv(path)
+    check_text_file(path)  # a regular UTF-8 file (a FIFO would block the reader)
+    table = read_table(path)
+    if table.empty:
+        raise SpecError(path, "(file)", "no rows under the header")
+    return table
+
+
+def _column(table: pd.DataFrame, path: Path, column: str) -> NDArray[np.float64]:
+    """``column`` of every row: present, a finite number > 0 (Vidur's counts and times)."""
+    from simulator.cost.shape_csv import numeric_column
+
+    rows = np.arange(len(table))
+    return numeric_column(table, column, rows, path, "Vidur's profiling table", positive=True)
 
 
 def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[MeasurementTable]:
@@ -90,8 +104,8 @@ def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[Measurem
     root = Path(folder)
     mlp_path = root / MLP_FILE
     mlp = _read(mlp_path)
-    tokens = mlp["num_tokens"].to_numpy()
-    tp = mlp["num_tensor_parallel_workers"].to_numpy().astype(np.float64)
+    tokens = _column(mlp, mlp_path, "num_tokens")
+    tp = _column(mlp, mlp_path, "num_tensor_parallel_workers")
     gemms = []
     for name, (m, n, k) in gemm_shapes(tokens, tp).items():
         gemms.append(
@@ -102,7 +116,7 @@ def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[Measurem
                     "m": m,
                     "n": n,
                     "k": k,
-                    "latency_us": mlp[f"time_stats.{name}.median"].to_numpy() * 1e3,
+                    "latency_us": _column(mlp, mlp_path, f"time_stats.{name}.median") * 1e3,
                     "vidur_op": name,
                     "vidur_tp": tp,
                 }
@@ -119,7 +133,7 @@ def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[Measurem
                         "dtype": "bf16",
                         "elements": tokens * per_token / np.where(split > 0, tp, 1.0),
                         "bytes_per_elem": bpe,
-                        "latency_us": mlp[f"time_stats.{name}.median"].to_numpy() * 1e3,
+                        "latency_us": _column(mlp, mlp_path, f"time_stats.{name}.median") * 1e3,
                         "vidur_op": name,
                         "vidur_tp": tp,
                     }
@@ -134,9 +148,9 @@ def vidur_tables(folder: str | Path, elementwise: bool = False) -> list[Measurem
             pd.DataFrame(
                 {
                     "op": "allreduce",
-                    "bytes": ar["size"].to_numpy(dtype=np.float64),
-                    "world_size": ar["num_workers"].to_numpy(dtype=np.float64),
-                    "latency_us": ar["time_stats.all_reduce.median"].to_numpy() * 1e3,
+                    "bytes": _column(ar, ar_path, "size"),
+                    "world_size": _column(ar, ar_path, "num_workers"),
+                    "latency_us": _column(ar, ar_path, "time_stats.all_reduce.median") * 1e3,
                 }
             ),
         )
