@@ -292,7 +292,7 @@ def fit_device(name: str, profiles_dir: Path | None, folds: int) -> Path:
     check_fold_count(folds)
     device_dir = _device_dir(name, profiles_dir)
     profile = _profile(device_dir)
-    doc, summaries = calibration.fit_device(device_dir, profile, folds)
+    doc, summaries, skipped = calibration.fit_device(device_dir, profile, folds)
     path = calibration.write_fit(device_dir, doc)
     t = Table(title=f"{profile.name}: latency models fitted on measurements (APE %)")
     cols = ("op class", "fitted on", "rows", "prior median", "prior max",
@@ -309,6 +309,8 @@ def fit_device(name: str, profiles_dir: Path | None, folds: int) -> Path:
                   pct(s.prior_max_ape), pct(s.fitted_median_ape), pct(s.heldout_median_ape),
                   pct(s.heldout_max_ape))  # fmt: skip
     console().print(t)
+    for line in skipped:
+        typer.echo(f"not fitted: {line}", err=True)
     typer.echo(f"wrote {path}; {device_dir / 'profile.yaml'} now reads calibrated: true", err=True)
     return path
 

@@ -15,6 +15,7 @@ rows are used and the summary says so.
 from __future__ import annotations
 
 import html
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +23,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.cost.fit import KFoldErrors, check_folds, fit_error, fit_op_class, kfold_errors
+from simulator.cost.fit import (
+    KFoldErrors,
+    MeasuredOps,
+    check_folds,
+    check_rows,
+    fit_error,
+    fit_op_class,
+    kfold_errors,
+)
 from simulator.cost.latency import LatencyModels
 from simulator.cost.latency_file import FitError, LatencyModelFile, load_latency_models
-from simulator.cost.measurements import MeasurementTable, load_measurements, measured_by_class
+from simulator.cost.measurements import (
+    MeasurementTable,
+    load_measurements,
+    measured_by_class,
+    measured_latency_us,
+)
 from simulator.cost.predict import OP_COLUMNS, op_rows, predict_seconds
 from simulator.specs.hardware import HardwareProfile
-from simulator.specs.loading import SpecError
+from simulator.specs.loading import SpecError, os_reason, read_yaml
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +62,8 @@ def preferred_impl(op_class: str) -> str:
 def measurement_files(device_dir: Path) -> list[Path]:
     """The measurement CSVs of a device, one per op class, in op-class order."""
     mdir = device_dir / "measurements"
-    return [mdir / f"{op}.csv" for op in OP_COLUMNS if (mdir / f"{op}.csv").exists()]
+    # (a dangling symlink is kept: its reader refuses it, rather than the op going unfitted)
+    return [mdir / f"{op}.csv" for op in OP_COLUMNS if os.path.lexists(mdir / f"{op}.csv")]
 
 
 def _fit_rows(tables: list[MeasurementTable]) -> tuple[list[MeasurementTable], dict[str, str]]:
@@ -96,8 +111,10 @@ def _summary(
 
 def fit_device(
     device_dir: Path, profile: HardwareProfile, folds: int = FOLDS, seed: int = 0
-) -> tuple[LatencyModelFile, list[OpSummary]]:
-    """Fit every measured op class of ``device_dir`` (its ``measurements/`` folder)."""
+) -> tuple[LatencyModelFile, list[OpSummary], list[str]]:
+    """Fit every measured op class of ``device_dir`` (its ``measurements/`` folder) with
+    enough distinct shapes for its parameters; the third item says why each other class
+    stays on its prior. No class with enough is a SpecError (nothing to call calibrated)."""
     files = measurement_files(device_dir)
     if not files:
         raise SpecError(
@@ -106,7 +123,7 @@ def fit_device(
         )  # fmt: skip
     tables, impls = _fit_rows(load_measurements(files))
     models, summaries = [], []
-    by_class = measured_by_class(tables, profile)
+    by_class, skipped = _enough_rows(measured_by_class(tables, profile))
     # a fold per row at most: of the largest class (a class too small for the folds gets no
     # held-out error, as before; 99,999 folds of 72 rows ran and labelled the table with it)
     largest = max((m for m, _ in by_class.values()), key=lambda m: len(m.rows), default=None)
@@ -127,7 +144,27 @@ def fit_device(
         ),
         models=models,
     )
-    return doc, summaries
+    return doc, summaries, skipped
+
+
+def _enough_rows(
+    by_class: dict[str, tuple[MeasuredOps, list[Path]]],
+) -> tuple[dict[str, tuple[MeasuredOps, list[Path]]], list[str]]:
+    """The op classes with enough distinct shapes for their parameters, and why each other
+    one is left out; none with enough is the first class's SpecError (4 parameters fitted to
+    1 shape read 0 % and marked the profile calibrated)."""
+    kept, skipped, first = {}, [], None
+    for cls, (m, srcs) in by_class.items():
+        try:
+            check_rows(m, ", ".join(map(str, srcs)))
+        except SpecError as exc:
+            first = first or exc
+            skipped.append(f"{exc.reason}; it stays on its prior")
+            continue
+        kept[cls] = (m, srcs)
+    if not kept and first is not None:
+        raise first
+    return kept, skipped
 
 
 CALIBRATED_LINE = re.compile(r"^calibrated:\s*(true|false)\s*(#.*)?$", re.MULTILINE)
@@ -150,8 +187,12 @@ def mark_calibrated(profile_yaml: Path) -> None:
 def write_fit(device_dir: Path, doc: LatencyModelFile) -> Path:
     path = device_dir / "latency_models.json"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(doc.model_dump_json(indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(doc.model_dump_json(indent=2) + "\n")
+        tmp.replace(path)
+    except OSError as exc:  # (a folder of that name; a full disk): no .tmp left behind
+        tmp.unlink(missing_ok=True)
+        raise SpecError(path, "(write)", f"cannot write: {os_reason(exc)}") from None
     mark_calibrated(device_dir / "profile.yaml")
     return path
 
@@ -165,14 +206,14 @@ def comparison(device_dir: Path, profile: HardwareProfile) -> pd.DataFrame:
     import pandas as pd
 
     path = device_dir / "latency_models.json"
-    fitted = load_latency_models(path) if path.exists() else None
+    fitted = load_latency_models(path, profile.name) if path.exists() else None
     models = LatencyModels(profile, fitted)
     frames = []
     for t in load_measurements(measurement_files(device_dir)):
         rows = op_rows(t.table, profile, t.file)
         prior, _, _ = predict_seconds(rows, models, prior=True)
         df = t.table.copy()
-        df["measured_us"] = pd.to_numeric(df["latency_us"])
+        df["measured_us"] = measured_latency_us(t, np.arange(len(df)), f"op {t.file.stem}")
         df["prior_us"] = prior * 1e6
         if fitted is not None:
             fit, source, extrapolated = predict_seconds(rows, models)
@@ -230,7 +271,7 @@ def report_html(device_dir: Path, profile: HardwareProfile) -> str:
     import plotly.io as pio
 
     path = device_dir / "latency_models.json"
-    fitted = load_latency_models(path) if path.exists() else None
+    fitted = load_latency_models(path, profile.name) if path.exists() else None
     cmp = comparison(device_dir, profile)
     errors = error_table(cmp, fitted)
     meta = _meta_text(device_dir / "measurements" / "meta.yaml")
@@ -299,12 +340,16 @@ def parity_figure(op: str, g: pd.DataFrame) -> Any:
 
 
 def _meta_text(path: Path) -> str:
-    if not path.exists():
+    """The measurement run's environment, from ``meta.yaml`` (what ``calibrate measure``
+    writes): a mapping with a ``runs`` list of mappings."""
+    if not os.path.lexists(path):
         return "no meta.yaml"
-    import yaml
-
-    meta: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
-    runs = meta.get("runs", [])
+    meta = read_yaml(path) or {}
+    if not isinstance(meta, dict):
+        raise SpecError(path, "(yaml)", f"a mapping expected, got {type(meta).__name__}")
+    runs = meta.get("runs") or []
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise SpecError(path, "runs", "a list of mappings expected (one per measurement run)")
     last = runs[-1] if runs else {}
     fields = [f"{k}: {meta.get(k)}" for k in ("gpu", "runtime", "driver", "torch", "triton")]
     fields.append(f"runs: {len(runs)}; last: {last.get('mode')} {last.get('started')}"

@@ -35,7 +35,9 @@ def sensitivity(
     rows = []
     for _, b in best.iterrows():
         ran = runs[runs.device == b.device]
-        cut = pruned[pruned.device == b.device] if _has_rows(pruned) else None
+        cut = (
+            pruned[pruned.device == b.device] if pruned is not None and _has_rows(pruned) else None
+        )
         for knob in KNOBS:
             values = getattr(space.sweep, knob)
             # speculative decoding and the xPyD split are compared elsewhere (mode_comparison):

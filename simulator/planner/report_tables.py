@@ -232,7 +232,7 @@ def sensitivity_table(sens: pd.DataFrame) -> Table:
         rows.append([
             str(s.device), KNOB_NAMES.get(str(s.knob), str(s.knob)),
             knob_text(str(s.knob), s["from"]), knob_text(str(s.knob), s["to"]),
-            "-" if missing(users) else f"{int(s.users_from)} -> {int(users)}",
+            "-" if users is None or missing(users) else f"{int(s.users_from)} -> {int(users)}",
             "-" if missing(pct) else f"{pct:+.1f} %", str(s.note),
         ])  # fmt: skip
     return Table(["device", "knob", "from", "to", "users at the SLO", "throughput per GPU",

@@ -37,7 +37,7 @@ def test_measured_then_fitted(app: OpenPage, calibration_profiles: Path) -> None
     assert values["Worst held-out median APE"] == "not fitted"
     assert "not fitted yet" in at.caption[0].value
     # fit, then the page shows the held-out errors the fit stored
-    doc, _ = calibration.fit_device(device, profile)
+    doc, _, _ = calibration.fit_device(device, profile)
     calibration.write_fit(device, doc)
     at.run()
     values = _metrics(at)
