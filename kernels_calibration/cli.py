@@ -75,15 +75,16 @@ def _device_dir(name: str, profiles_dir: Path | None) -> Path:
     """``profiles_dir/NAME``; by default the user's data folder's, seeded with the built-in
     profile of NAME (so that measurements, the fit and ``calibrated: true`` go there, not
     into the installed package)."""
-    if not name or "/" in name or name.startswith("."):
-        raise SpecError("(arguments)", "device-name", f"{name!r} is not a folder name")
+    if not name or "/" in name or name.startswith(".") or len(name.encode()) > NAME_MAX:
+        shown = name if len(name) <= 40 else f"{name[:40]}... ({len(name.encode())} bytes)"
+        raise SpecError("(arguments)", "device-name", f"{shown!r} is not a folder name")
     if profiles_dir is not None:
         return profiles_dir / name
     from simulator.userdata import user_device_dir
 
     device_dir = user_device_dir(name)
     builtin = PROFILES_DIR / name / "profile.yaml"
-    if not (device_dir / "profile.yaml").exists() and builtin.is_file():
+    if not _exists(device_dir / "profile.yaml") and builtin.is_file():
         try:
             device_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(builtin, device_dir / "profile.yaml")
@@ -92,9 +93,20 @@ def _device_dir(name: str, profiles_dir: Path | None) -> Path:
     return device_dir
 
 
+NAME_MAX = 255  # bytes of one file name on Linux and macOS file systems
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a path the OS cannot look up (a name too long) does not."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _profile(device_dir: Path) -> HardwareProfile:
     path = device_dir / "profile.yaml"
-    if not path.exists():
+    if not _exists(path):
         raise SpecError(
             path, "(file)",
             "no such profile: create it first (copy the nearest one, e.g. `mkdir -p"
@@ -201,6 +213,8 @@ def measure_device(
     sizes = collectives.SMOKE_BYTES if smoke else collectives.FULL_BYTES
     coll_jobs = collectives.jobs(world_sizes, sizes, collectives.ALL_OPS)
     out = device_dir / "measurements"
+    if _exists(out) and not out.is_dir():
+        raise SpecError(out, "(folder)", "is a file, not a folder (the measurements go there)")
     if fresh and out.exists():
         for f in out.iterdir():
             if f.suffix in (".csv", ".yaml"):

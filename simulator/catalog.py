@@ -55,8 +55,13 @@ def device_names() -> list[str]:
     """Built-in devices and those in the user's data folder (``calibrate`` puts them there)."""
     from simulator.userdata import user_profiles_dir
 
-    folders = (PROFILES_DIR, user_profiles_dir())
-    return sorted({p.parent.name for d in folders for p in d.glob("*/profile.yaml")})
+    found = set()
+    for folder in (PROFILES_DIR, user_profiles_dir()):
+        try:  # (a user folder whose name the OS cannot look up holds no profile)
+            found |= {p.parent.name for p in folder.glob("*/profile.yaml") if _is_file(p)}
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def _is_path(ref: str) -> bool:

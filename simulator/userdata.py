@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from simulator.specs.loading import SpecError
+
 ENV_HOME = "PLAN_HOME"
 APP_DIR = "hybrid-capacity-planner"
 
@@ -22,10 +24,21 @@ def plan_home() -> Path:
     else ``~/.local/share/hybrid-capacity-planner``."""
     home = os.environ.get(ENV_HOME)
     if home:
-        return Path(home).expanduser()
+        return _expanded(home, ENV_HOME)
     xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    base = _expanded(xdg, "XDG_DATA_HOME") if xdg else Path.home() / ".local" / "share"
     return base / APP_DIR
+
+
+def _expanded(value: str, variable: str) -> Path:
+    """``value`` with a leading ``~`` / ``~user`` expanded; a user the system does not know
+    is a SpecError on the variable (Python raises RuntimeError)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        raise SpecError(
+            "(environment)", variable, f"{value!r}: cannot expand '~' (no such user)"
+        ) from None
 
 
 def user_profiles_dir() -> Path:

@@ -241,10 +241,13 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
     try:
         with path.open("rb") as fh:
             cached = pickle.load(fh)
-        if isinstance(cached, DeviceTables):
+        if isinstance(cached, DeviceTables) and cached.device == device:
             _touch(path)
             return cached
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
+    # arbitrary bytes unpickle into any of these ("unsupported pickle protocol" is a
+    # ValueError); a cache file that is not this device's tables is rebuilt, never used
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError,
+            ValueError, KeyError, IndexError, MemoryError):  # fmt: skip
         pass
     frames = read_frames(files, moe_history)
     models = build_models(frames, device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,3 +153,18 @@ def test_a_class_with_too_few_shapes_stays_on_its_prior(calibration_profiles: Pa
     assert "it stays on its prior" in out
     doc = json.loads((device / "latency_models.json").read_text())
     assert [m["op_class"] for m in doc["models"]] == ["elementwise"]
+
+
+def test_measure_into_a_measurements_file_is_one_line(calibration_profiles: Path) -> None:
+    pytest.importorskip("torch", reason="the calibration extra (torch) is not installed")
+    device = calibration_profiles / "cpu-2core"
+    shutil.rmtree(device / "measurements")
+    (device / "measurements").write_text("not a folder")
+    where = ["--device-name", "cpu-2core", "--profiles-dir", str(calibration_profiles)]
+    code, out = invoke("measure", *where, "--allow-cpu", "--smoke", "--budget-s", "1")
+    assert code == 2, out
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith(f"error: {device / 'measurements'}: (folder): is a file, not a folder")
+    )

@@ -95,6 +95,8 @@ def test_report_shows_measured_prior_and_fitted(
     [
         (["fit", "nope"], "nope/profile.yaml: (file): no such profile"),
         (["fit", "../x"], "device-name: '../x' is not a folder name"),
+        # past the file system's name limit: ENAMETOOLONG from a stat was exit 1
+        (["fit", "x" * 300], "device-name: '" + "x" * 40 + "... (300 bytes)' is not a folder"),
         (["report", "nope"], "no such profile"),
         (["fit", "cpu-2core", "--folds", "1"], "folds: must be at least 2"),
         # more folds than rows was accepted, and labelled the table "99999999999-fold"
