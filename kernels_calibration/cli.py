@@ -340,12 +340,15 @@ def fit(
 
 
 def report_device(name: str, profiles_dir: Path | None, out: Path | None) -> Path:
-    from simulator.calibration import report_html
+    from simulator.calibration import measurement_files, report_html
     from simulator.output_files import check_output_file, write_file
 
     path = out or Path("out") / f"calibration-{name}.html"
-    check_output_file(path, "--out")  # a folder, a parent that is a file: before the work
     device_dir = _device_dir(name, profiles_dir)
+    # a folder, a parent that is a file, a file the report reads: before the work
+    reads = [*measurement_files(device_dir), device_dir / "measurements" / "meta.yaml",
+             device_dir / "latency_models.json", device_dir / "profile.yaml"]  # fmt: skip
+    check_output_file(path, "--out", inputs=reads)
     profile = _profile(device_dir)
     write_file(path, report_html(device_dir, profile), "--out")
     typer.echo(f"wrote {path}", err=True)

@@ -9,6 +9,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,18 @@ def stat_output(p: Path, option: str) -> os.stat_result | None:
         raise SpecError(p, option, reason_text(exc)) from None
 
 
-def check_output_file(path: str | Path, option: str = "--out") -> Path:
+def check_output_file(
+    path: str | Path, option: str = "--out", inputs: Iterable[str | Path | None] = ()
+) -> Path:
     """Before the work: ``path`` can be written as a file (not a folder, its parent a folder
-    that exists or can be created and is writable). Creates the parent."""
+    that exists or can be created and is writable) and is none of the command's ``inputs``
+    (which it would overwrite). Creates the parent."""
     p = Path(path)
+    for given in inputs:
+        if given is not None and _same_file(p, Path(given)):
+            raise SpecError(
+                p, option, f"is the input {given} too: it would be overwritten (give another file)"
+            )
     st = stat_output(p, option)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise SpecError(p, option, "is a folder: give a file path")
@@ -90,6 +99,16 @@ def check_output_file(path: str | Path, option: str = "--out") -> Path:
     except OSError as exc:
         raise SpecError(p, option, f"cannot write there: {reason_text(exc)}") from None
     return p
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (through symlinks and hard links)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one of them does not exist (yet)
+        return False
 
 
 def write_whole(path: Path, data: str | bytes) -> None:

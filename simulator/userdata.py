@@ -24,13 +24,20 @@ def plan_home() -> Path:
     else ``~/.local/share/hybrid-capacity-planner``."""
     home = os.environ.get(ENV_HOME)
     if home:
-        return _expanded(home, ENV_HOME)
+        return expanded(home, ENV_HOME)
     xdg = os.environ.get("XDG_DATA_HOME")
-    base = _expanded(xdg, "XDG_DATA_HOME") if xdg else Path.home() / ".local" / "share"
+    base = expanded(xdg, "XDG_DATA_HOME") if xdg else Path.home() / ".local" / "share"
     return base / APP_DIR
 
 
-def _expanded(value: str, variable: str) -> Path:
+def cache_root() -> Path:
+    """Where rebuildable results are kept: ``$PLAN_CACHE_DIR`` (``~`` expanded), else
+    ``~/.cache/hybrid-capacity-planner``."""
+    root = os.environ.get("PLAN_CACHE_DIR")
+    return expanded(root, "PLAN_CACHE_DIR") if root else Path.home() / ".cache" / APP_DIR
+
+
+def expanded(value: str, variable: str) -> Path:
     """``value`` with a leading ``~`` / ``~user`` expanded; a user the system does not know
     is a SpecError on the variable (Python raises RuntimeError)."""
     try:

@@ -91,8 +91,12 @@ def ops_predict(
     if out is not None and output is not None:
         raise SpecError("(arguments)", "out", "give --out or --output (its old name), not both")
     output = out if out is not None else output
+    if output is not None and as_json:
+        raise SpecError(
+            "(arguments)", "json", "--json prints the rows; --out writes them to a file: give one"
+        )
     if output is not None:
-        check_output_file(output, "--out")
+        check_output_file(output, "--out", inputs=[input_csv])
     check_text_file(input_csv)
     profile = catalog.hardware_profile(device)
     table = predict_table(
@@ -138,7 +142,8 @@ def fit(
     # never into the installed package: the user's data folder unless --out says where
     path = out or user_device_dir(profile.name) / "latency_models.json"
     # without --out the path is the user data folder's: blame what set it, not --out
-    check_output_file(path, "--out" if out is not None else "(user data folder)")
+    option = "--out" if out is not None else "(user data folder)"
+    check_output_file(path, option, inputs=[*(measurements or ()), vidur])
     by_class = _measured_by_class(measurements, vidur, profile)
     if op_class:
         missing = sorted(set(op_class) - set(by_class))
@@ -158,7 +163,7 @@ def fit(
         description=f"plan fit --device {profile.name} on {'; '.join(sources)}",
         models=models,
     )
-    write_file(path, doc.model_dump_json(indent=2) + "\n")
+    write_file(path, doc.model_dump_json(indent=2) + "\n", option)
     t = Table(title=f"Fitted latency models for {profile.name} (training errors)")
     for col in ("op class", "form", "rows", "median APE %", "max APE %", "FLOPs range",
                 "bytes range"):  # fmt: skip
@@ -293,12 +298,17 @@ def _validate_tables(
 ) -> None:
     """`plan validate ops --tables` / `--leave-device-out`: score the table lookup."""
     from simulator.measured.device import measured_device_names, tables_for
-    from simulator.measured.package import data_source, unavailable_note
+    from simulator.measured.package import data_source, switched_off, unavailable_note
     from simulator.measured.tables import read_frames
     from simulator.measured.validate import Score, by_class, kfold, leave_device_out
 
     if by_shape and leave_out:
         raise SpecError("(arguments)", "tables", "give --tables or --leave-device-out, not both")
+    if switched_off():  # (a typo such as offf is refused in there too)
+        raise SpecError(
+            "(environment)", "PLAN_MEASURED", "off switches the tables off, which --tables /"
+            " --leave-device-out score: unset it",
+        )  # fmt: skip
     source = data_source()
     if source is None:
         raise SpecError("(arguments)", "tables", unavailable_note())

@@ -96,8 +96,6 @@ def _write_validation(
 
     from simulator.validation.run import write_points_csv
 
-    if cache is not None:
-        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
     if folder is not None and stage is not None:
         write_points_csv(report.results, stage / "points.csv")
         folder.commit()
@@ -106,6 +104,24 @@ def _write_validation(
         date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         write_file(markdown, render(report, shlex.join(args), date, wall_s, workers), "--markdown")
         typer.echo(f"wrote {markdown}", err=True)
+    if cache is not None and cache.is_dir():  # (a cache that could not be made kept nothing)
+        typer.echo(f"per-point results kept in {cache} (--no-cache: simulate all again)", err=True)
+
+
+def check_markdown(markdown: Path, out: Path | None, data: Path | None) -> None:
+    """``--markdown`` can be written, is not the ``--data`` it reads and is outside the
+    ``--out`` folder (replaced whole by the points: the document would be lost, or be
+    overwritten by ``points.csv``)."""
+    import os
+
+    if out is not None:
+        folder = os.path.realpath(out)
+        if os.path.realpath(markdown).startswith(folder + os.sep):
+            raise SpecError(
+                markdown, "--markdown", f"is inside the --out folder {out}, which is replaced"
+                " whole: give a path outside it",
+            )  # fmt: skip
+    check_output_file(markdown, "--markdown", inputs=[data])
 
 
 @command(validate_app, "inferencemax", short_help="Simulate InferenceMAX v1 points; APE.")
@@ -152,7 +168,7 @@ def validate_inferencemax(
     folder = None if out is None else OutputFolder(out, "plan validate inferencemax", POINTS)
     stage = folder.open() if folder is not None else None
     if markdown is not None:
-        check_output_file(markdown, "--markdown")
+        check_markdown(markdown, out, path)
     check_text_file(path)
     # the cache lives in the real folder (carried over by the swap), not in the stage
     cache = (None if no_cache else folder.target / "cache" if folder is not None
@@ -256,7 +272,7 @@ def validate_silicon(
     folder = None if out is None else OutputFolder(out, "plan validate silicon", POINTS)
     stage = folder.open() if folder is not None else None
     if markdown is not None:
-        check_output_file(markdown, "--markdown")
+        check_markdown(markdown, out, data)
     if data is not None and not data.is_dir():  # a folder: the loader says which file to give
         check_text_file(data)
     # the cache lives in the real folder (carried over by the swap), not in the stage

@@ -262,8 +262,9 @@ def load_measured(profile: HardwareProfile, source: DataSource) -> DeviceTables 
 
 def cache_dir() -> Path:
     """Where built tables are kept: ``$PLAN_CACHE_DIR`` or ``~/.cache/hybrid-capacity-planner``."""
-    root = os.environ.get("PLAN_CACHE_DIR") or Path.home() / ".cache" / "hybrid-capacity-planner"
-    return Path(root) / "measured"
+    from simulator.userdata import cache_root
+
+    return cache_root() / "measured"
 
 
 def prune_cache(device: str, keep: int = KEEP_BUILT) -> list[Path]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -74,8 +73,9 @@ def run_parallel(
 def user_cache_dir() -> Path:
     """Where ``plan validate`` keeps per-point results without ``--out``: ``$PLAN_CACHE_DIR/
     validate`` or ``~/.cache/hybrid-capacity-planner/validate``."""
-    root = os.environ.get("PLAN_CACHE_DIR") or Path.home() / ".cache" / "hybrid-capacity-planner"
-    return Path(root) / "validate"
+    from simulator.userdata import cache_root
+
+    return cache_root() / "validate"
 
 
 class Cached(Protocol):

@@ -168,3 +168,13 @@ def test_measure_into_a_measurements_file_is_one_line(calibration_profiles: Path
         .splitlines()[-1]
         .startswith(f"error: {device / 'measurements'}: (folder): is a file, not a folder")
     )
+
+
+def test_the_report_is_not_written_over_what_it_reads(calibration_profiles: Path) -> None:
+    gemm = calibration_profiles / "cpu-2core" / "measurements" / "gemm.csv"
+    before = gemm.read_bytes()
+    code, out = invoke("report", "cpu-2core", "--profiles-dir", str(calibration_profiles),
+                       "--out", str(gemm))  # fmt: skip
+    assert code == 2, out
+    assert f"error: {gemm}: --out: is the input {gemm} too" in out
+    assert gemm.read_bytes() == before
