@@ -128,12 +128,16 @@ def examples_copy(
                 target, "(file)", "exists; plan examples copy never overwrites: remove it, or"
                 " give --to another folder",
             )  # fmt: skip
+    made: list[Path] = []
     try:
         to.mkdir(parents=True, exist_ok=True)
         for e, target in targets:
             with target.open("x", encoding="utf-8") as fh:
+                made.append(target)
                 fh.write(read_text(e.path))
-    except OSError as exc:
-        raise SpecError(to, "--to", exc.strerror or str(exc)) from None
+    except OSError as exc:  # (a full disk): none of this copy left, so a rerun can copy all
+        for target in made:
+            target.unlink(missing_ok=True)
+        raise SpecError(to, "--to", f"{exc.strerror or exc}; nothing was copied") from None
     for e, target in targets:
         typer.echo(f"wrote {target} ({e.kind}: {e.command} {target})", err=True)

@@ -69,3 +69,30 @@ def test_other_os_errors_stay_internal_errors(
     result = runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1
     assert result.stderr.startswith("internal error: OSError: [Errno 9]")
+
+
+def test_examples_copy_on_a_full_disk_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first example written, the disk full on the second: nothing of the copy stays (an
+    empty first file then blocked the rerun with "exists; never overwrites")."""
+    import simulator.cli.examples as examples_module
+
+    real = examples_module.read_text
+    to = tmp_path / "ex"
+
+    def fills_up(path: Any) -> str:
+        if to.is_dir() and len(list(to.iterdir())) > 1:  # the first copied, the second open
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path)
+
+    monkeypatch.setattr(examples_module, "read_text", fills_up)
+    result = runner.invoke(app, ["examples", "copy", "--all", "--to", str(to)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {to}: --to: {os.strerror(errno.ENOSPC)}; nothing was copied"
+    ]
+    assert list(to.iterdir()) == []
+    monkeypatch.setattr(examples_module, "read_text", real)
+    again = runner.invoke(app, ["examples", "copy", "--all", "--to", str(to)])
+    assert again.exit_code == 0, again.output
