@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -94,3 +96,18 @@ def fixture_tables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     _reset_measured()
     yield MEASURED_FIXTURE
     _reset_measured()
+
+
+HANG_S = 60  # a command that blocks (a FIFO opened) fails instead of hanging the suite
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    def alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"blocked for {HANG_S} s (a FIFO opened?)")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(HANG_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)

@@ -12,28 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.calibration.test_calibrate_cli import invoke
-
-HANG_S = 60
-
-
-@pytest.fixture
-def no_hang() -> Iterator[None]:
-    def alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {HANG_S} s (a FIFO opened?)")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(HANG_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def gemm_cell(column: str, value: str) -> Callable[[Path], None]:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +32,11 @@ from simulator.cli import app
 from simulator.outputs import MANIFEST, MARKER
 
 runner = CliRunner()
-HANG_S = 60  # a command that blocks (a FIFO opened) fails instead of hanging the suite
 
 
 def plan(*args: str) -> tuple[int, str, str]:
     result = runner.invoke(app, list(args))
     return result.exit_code, result.stdout, result.stderr
-
-
-@pytest.fixture
-def no_hang() -> Iterator[None]:
-    def alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {HANG_S} s (a FIFO opened?)")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(HANG_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 # ------------------------------------------------------------------------------ file makers

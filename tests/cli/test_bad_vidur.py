@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cost.vidur import ALL_REDUCE_FILE, MLP_FILE
-from tests.cli.test_bad_files import no_hang, plan  # noqa: F401 (no_hang: a fixture)
+from tests.cli.test_bad_files import plan
 
 OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 MLP_HEADER = ["num_tokens", "num_tensor_parallel_workers",
