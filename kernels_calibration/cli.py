@@ -24,7 +24,7 @@ from rich.table import Table
 
 from hardware_profiles import PROFILES_DIR
 from simulator import catalog
-from simulator.cli.base import command, console, make_typer
+from simulator.cli.base import command, console, file_path, make_typer
 from simulator.specs.hardware import HardwareProfile
 from simulator.specs.loading import SpecError, load
 
@@ -360,7 +360,8 @@ def report(
     name: Annotated[str, typer.Argument(help="Device profile name.")],
     profiles_dir: ProfilesOpt = None,
     out: Annotated[
-        Path | None, typer.Option(help="HTML file (default out/calibration-NAME.html).")
+        Path | None,
+        typer.Option(help="HTML file (default out/calibration-NAME.html).", parser=file_path),
     ] = None,
 ) -> None:
     """HTML page: measured vs prior vs fitted latency per op class, held-out errors."""

@@ -105,6 +105,14 @@ def _metavar(param: Any) -> str:
     return _TYPE_NAMES.get(annotation, "VALUE")
 
 
+def file_path(value: str) -> Path:
+    """An output file option's value (``parser=`` of the option). A value ending in ``/``
+    names a folder; ``Path`` drops the slash, and a file of the folder's name was written."""
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{value!r} ends in '/', a folder: give a file path")
+    return Path(value)
+
+
 @contextmanager
 def one_line_usage(ctx: Any, what: str = "usage") -> Iterator[None]:
     """A usage error (unknown option or command, a value of the wrong type, a missing

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from simulator import catalog
-from simulator.cli.base import JsonOpt, app, command, console, make_typer, print_json
+from simulator.cli.base import JsonOpt, app, command, console, file_path, make_typer, print_json
 from simulator.output_files import check_output_file, write_file
 from simulator.specs import HardwareProfile, SpecError
 from simulator.specs.limits import check_fold_count
@@ -76,10 +76,12 @@ def ops_predict(
         Path, typer.Option("--input", help="CSV of op shapes: op, dtype and shape columns.")
     ],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the CSV here (default: stdout).")
+        Path | None,
+        typer.Option("--out", help="Write the CSV here (default: stdout).", parser=file_path),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", hidden=True, help="The old name of --out.")
+        Path | None,
+        typer.Option("--output", hidden=True, help="The old name of --out.", parser=file_path),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -120,7 +122,8 @@ def fit(
         Path | None,
         typer.Option(
             help="Output JSON (default: <user data>/profiles/<device>/latency_models.json, the"
-            " user data folder being $PLAN_HOME or ~/.local/share/hybrid-capacity-planner)."
+            " user data folder being $PLAN_HOME or ~/.local/share/hybrid-capacity-planner).",
+            parser=file_path,
         ),
     ] = None,
     op_class: Annotated[

@@ -9,7 +9,16 @@ import yaml
 from rich.table import Table
 
 from simulator import catalog
-from simulator.cli.base import JsonOpt, app, command, console, gib, make_typer, print_json
+from simulator.cli.base import (
+    JsonOpt,
+    app,
+    command,
+    console,
+    file_path,
+    gib,
+    make_typer,
+    print_json,
+)
 from simulator.planner.space import SearchSpace
 from simulator.specs import (
     CostModelCatalog,
@@ -175,7 +184,8 @@ def models_import(
         str | None, typer.Option(help="Card name (default: from the file name).")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--out", metavar="FILE", help="Write the card here.")
+        Path | None,
+        typer.Option("--out", metavar="FILE", help="Write the card here.", parser=file_path),
     ] = None,
 ) -> None:
     """Build a model card from a Hugging Face config.json (Kimi, DeepSeek, Qwen3.5, Llama, ...)."""

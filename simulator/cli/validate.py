@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.base import JsonOpt, command, console, print_json
+from simulator.cli.base import JsonOpt, command, console, file_path, print_json
 from simulator.cli.ops import validate_app
 from simulator.output_files import check_output_file, finite, write_file
 from simulator.outputs import OutputFolder
@@ -35,7 +35,8 @@ PointsOutOpt = Annotated[
     Path | None, typer.Option("--out", help="Write points.csv (measured vs simulated) here.")
 ]
 MarkdownOpt = Annotated[
-    Path | None, typer.Option("--markdown", help="Write the validation document here.")
+    Path | None,
+    typer.Option("--markdown", help="Write the validation document here.", parser=file_path),
 ]
 ModelsOpt = Annotated[
     list[str] | None, typer.Option("--models", help="Only these model cards (repeatable).")

@@ -104,6 +104,7 @@ def test_report_shows_measured_prior_and_fitted(
         (["fit", "cpu-2core", "--folds", "100"], "folds must not exceed the rows"),
         # a folder or a path under a file as --out: IsADirectoryError / FileExistsError
         (["report", "cpu-2core", "--out", "/tmp"], "--out: is a folder: give a file path"),
+        (["report", "cpu-2core", "--out", "/tmp/new/"], "ends in '/', a folder: give a file"),
         (["report", "cpu-2core", "--out", "/etc/hostname/r.html"], "is a file, not a folder"),
         (["measure", "--device-name", "cpu-2core", "--budget-s", "0", "--allow-cpu"],
          "budget-s: must be a finite number > 0"),

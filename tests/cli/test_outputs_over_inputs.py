@@ -58,6 +58,18 @@ CASES: list[tuple[str, Callable[[Path], tuple[list[str], Path | None]], str]] = 
      lambda t: (["validate", "inferencemax", "--data", str(_file(t, "im.csv", "a,b\n1,2\n")),
                  "--markdown", str(t / "im.csv")], t / "im.csv"),
      "im.csv: --markdown: is the input"),
+    # a file option ending in '/' names a folder: Path dropped the slash and wrote a file there
+    ("fit-out-ends-in-a-slash",
+     lambda t: (["fit", "--device", "h100", "--measurements", str(_file(t, "m.csv", MEASURED)),
+                 "--out", f"{t}/newdir/"], None),
+     "out: Invalid value for '--out': '" ),
+    ("predict-out-ends-in-a-slash",
+     lambda t: (["ops", "predict", "--device", "h100", "--input", str(_file(t, "s.csv", SHAPES)),
+                 "--out", f"{t}/p/"], None),
+     "ends in '/', a folder: give a file path"),
+    ("silicon-markdown-ends-in-a-slash",
+     lambda t: (["validate", "silicon", "--markdown", f"{t}/doc/"], None),
+     "ends in '/', a folder: give a file path"),
 ]  # fmt: skip
 
 
@@ -83,6 +95,7 @@ def test_an_output_over_an_input_is_refused_and_the_input_kept(
     assert fragment in lines[0]
     if kept is not None:
         assert kept.read_bytes() == before
+    assert not (tmp_path / "newdir").exists()
 
 
 @pytest.mark.parametrize("value", ["off", "offf"])
