@@ -38,6 +38,7 @@ from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.pools import Disaggregation
 from simulator.specs.scenario import (
+    SIM_TIME,
     SLO,
     WorkloadSpec,
     gaps_for_interactivity,
@@ -129,8 +130,9 @@ class SearchSpace(Spec):
     # size the fleet for this many concurrent users, or this many requests per second
     demand_users: PositiveInt | None = None
     demand_requests_per_s: PositiveFloat | None = None
-    duration_s: PositiveFloat = 3600.0
-    warmup_s: float = Field(default=600.0, ge=0)
+    # (the scenarios' bound on simulated time, checked here: 1e10 s was an internal error)
+    duration_s: Annotated[PositiveFloat, SIM_TIME] = 3600.0
+    warmup_s: Annotated[float, Field(ge=0), SIM_TIME] = 600.0
     seed: limits.Seed = 0
     # replicates: every point runs under seeds seed, seed + 1, ...; the SLO must hold on all
     seeds: PositiveInt = 3

@@ -499,6 +499,8 @@ CORPUS: list[Row] = [
      lambda t: search_(devices=[profile_(t, memory_bw_bytes_per_s=INF)])(t), "gpu.yaml",
      ["memory_bw_bytes_per_s", "finite"]),
     ("search-tp-true", search_(sweep={"tp": [True]}), "space.yaml", ["sweep.tp", "boolean"]),
+    ("search-duration-1e10", search_(duration_s=1e10), "space.yaml",
+     ["duration_s", "exceeds 1e+09: seconds of simulated time"]),
     ("search-duration-inf", search_(duration_s=INF), "space.yaml", ["duration_s", "finite"]),
     ("search-warmup-beyond-duration", search_(warmup_s=60.0), "space.yaml",
      ["warmup_s", "duration_s"]),

@@ -37,6 +37,8 @@ FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "6
         ([*BASE, "--set", "sweep.tpp=[1]"], "tpp"),
         # nothing too big, every configuration invalid: as plan search, not an answer
         ([*BASE, "--set", "sweep.ep=[8]"], "every configuration was pruned: serving.ep"),
+        # the scenarios' bound on simulated time, met in the space (it was exit 1 there)
+        ([*BASE, "--set", "duration_s=1e10"], "duration_s: 1e+10 exceeds 1e+09: seconds"),
         ([*BASE, "--max-runs", "1"], "--max-runs"),
         ([*BASE, "--seeds", "0"], "seeds"),
     ],
