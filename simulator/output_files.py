@@ -6,6 +6,7 @@ beside it and renamed over it; and the path checks output folders share
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import tempfile
@@ -46,12 +47,15 @@ def _umask() -> int:
 
 
 def finite(data: Any) -> Any:
-    """NaN -> None, recursively (JSON has no NaN)."""
+    """NaN and +-inf -> None, recursively (JSON has neither), numpy scalars as Python's
+    (``.item()``: a float32 NaN is no ``float``)."""
     if isinstance(data, dict):
         return {k: finite(v) for k, v in data.items()}
-    if isinstance(data, list):
+    if isinstance(data, list | tuple):
         return [finite(v) for v in data]
-    if isinstance(data, float) and data != data:
+    if hasattr(data, "item") and hasattr(data, "dtype") and getattr(data, "ndim", 1) == 0:
+        data = data.item()
+    if isinstance(data, float) and not math.isfinite(data):
         return None
     return data
 

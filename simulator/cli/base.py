@@ -361,7 +361,10 @@ def check_kind(data: Any, file: Path, want: str) -> None:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+    """``data`` as strict JSON: NaN / inf are null (``finite``); one left over is a bug."""
+    from simulator.output_files import finite
+
+    sys.stdout.write(json.dumps(finite(data), indent=2, default=float, allow_nan=False) + "\n")
 
 
 def print_pairs(title: str, rows: list[tuple[str, str]]) -> None:
