@@ -34,6 +34,24 @@ def _parse_prefill(spec: str) -> tuple[int, int, int]:
     return values
 
 
+def _check_kv(
+    card: ModelCard, cfg: ServingConfig, pool: int, new: list[int], ctx: list[int], given: str
+) -> None:
+    """The step's running requests hold their KV blocks together: more than the pool holds is
+    no step vLLM runs (it preempts first). 512 decodes at 60,000 tokens were priced, and said
+    to fit, where the pool holds 4 of them."""
+    from simulator.kv_layout import blocks_per_seq, kv_layout
+
+    layout = kv_layout(card, cfg)
+    need = sum(blocks_per_seq(layout, cfg, c + n) for c, n in zip(ctx, new, strict=True))
+    if need > pool:
+        raise SpecError(
+            "(arguments)", given,
+            f"the step's {len(new):,} requests hold {need:,} KV blocks; the pool holds {pool:,}"
+            " (plan memory): vLLM preempts before it runs such a step",
+        )  # fmt: skip
+
+
 def _check_fits(
     card: ModelCard,
     profile: HardwareProfile,
@@ -156,6 +174,10 @@ def step(
     q = 1 + cfg.num_speculative_tokens
     new = [q] * decode + [t for n, t, _ in chunks for _ in range(n)]
     ctx = [context] * decode + [p for n, _, p in chunks for _ in range(n)]
+    if memory.fits:
+        _check_kv(
+            card, cfg, memory.num_blocks, new, ctx, "decode / context" if decode else "prefill"
+        )
     latency = LatencyModels.for_device(profile, use_fitted=not priors_only)
     cost_model = StepCostModel(card, profile, cfg, latency, batch_limits(profile, cfg)[1])
     cost = cost_model.step(np.array(new), np.array(ctx), detail=True)

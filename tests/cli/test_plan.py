@@ -289,9 +289,21 @@ def test_a_group_without_a_command_still_prints_its_help() -> None:
 
 def test_step_json_breakdown_sums_to_the_step() -> None:
     code, stdout, _ = plan(
-        "step", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8", "--decode", "60",
-        "--context", "100000", "--prefill", "4x2048@50000", "--json",
-    )  # fmt: skip
+        "step",
+        "--model",
+        "kimi-k3",
+        "--device",
+        "mi355x",
+        "--tp",
+        "8",
+        "--decode",
+        "20",
+        "--context",
+        "100000",
+        "--prefill",
+        "4x2048@50000",
+        "--json",
+    )  # fmt: skip  (60 decodes at 100,000 tokens: the pool holds 27 of them, refused)
     assert code == 0
     data = json.loads(stdout)
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_s"])
@@ -319,6 +331,10 @@ def test_step_table_prints() -> None:
         (["--decode", "1", "--prefill", "0x100"], "prefill"),
         (["--decode", "1", "--tp", "5"], "serving.tp"),
         (["--decode", "-1"], "decode"),
+        # more KV than the pool (plan memory: 27 sequences of 100,000 tokens at TP8) was priced
+        # and said to fit
+        (["--tp", "8", "--decode", "60", "--context", "100000"], "decode / context: the step"),
+        (["--tp", "8", "--prefill", "30x512@100000"], "prefill: the step's 30 requests hold"),
     ],
 )
 def test_step_bad_input(args: list[str], field: str) -> None:
@@ -326,6 +342,14 @@ def test_step_bad_input(args: list[str], field: str) -> None:
     assert code == 2
     assert len(stderr.strip().splitlines()) == 1
     assert field in stderr
+
+
+def test_a_step_the_kv_pool_just_holds_is_priced() -> None:
+    # 27 of 100,000 tokens: what plan memory says the pool holds (the refusal's boundary)
+    code, stdout, stderr = plan("step", "--model", "kimi-k3", "--device", "mi355x", "--tp", "8",
+                                "--decode", "27", "--context", "100000", "--json")  # fmt: skip
+    assert code == 0, stderr
+    assert json.loads(stdout)["fits"] is True
 
 
 # ----------------------------------------------------------------------------- plan run
