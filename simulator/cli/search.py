@@ -23,7 +23,7 @@ from simulator.outputs import OutputFolder
 from simulator.specs import SpecError
 from simulator.specs.limits import MAX_SEARCH_RUNS, check_workers
 from simulator.specs.loading import parse
-from simulator.specs.overrides import apply_overrides, blamed
+from simulator.specs.overrides import apply_overrides, blamed, check_not_owned
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,6 +99,8 @@ def search(
     if max_runs < 1:
         raise SpecError("(arguments)", "max_runs", f"must be at least 1, got {max_runs}")
     raw = read_spec(space_file)
+    owned = {"seeds": "--seeds"} if seeds is not None else {}
+    check_not_owned(sets or [], owned | ({"search": "--grid"} if grid else {}))
     data = apply_overrides(raw, sets, "(arguments)") if sets and isinstance(raw, dict) else raw
     check_kind(data, space_file, "search space")
     # an error of a value that --set gave names (arguments), not the file

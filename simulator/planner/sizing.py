@@ -122,6 +122,19 @@ def devices_for(request: SizeRequest) -> list[str]:
     return [d for d in catalog.device_names() if d in prices]
 
 
+def owned_fields(request: SizeRequest) -> dict[str, str]:
+    """The space's fields ``plan size``'s options set (``--set`` may not set them too)."""
+    owned = {"model": "--model", "demand_users": "--users", "cost_model": "--cost-model",
+             "slo.interactivity_tok_per_s_p90": "--slo-interactivity"}  # fmt: skip
+    if request.slo_ttft_p90_s is not None:
+        owned["slo.ttft_s_p90"] = "--slo-ttft-p90"
+    if request.devices is not None:
+        owned["devices"] = "--devices"
+    if request.seeds is not None:
+        owned["seeds"] = "--seeds"
+    return owned
+
+
 def base_space(request: SizeRequest, base: Path = Path()) -> dict[str, Any]:
     """The search space every device's search starts from, as a YAML-like dict (``--set``
     overrides apply to it)."""
@@ -302,8 +315,9 @@ def run_size(
 
     data = base_space(request, base)
     if overrides:
-        from simulator.specs.overrides import apply_overrides
+        from simulator.specs.overrides import apply_overrides, check_not_owned
 
+        check_not_owned(overrides, owned_fields(request))
         data = apply_overrides(data, overrides, "(arguments)")
     space, candidates, pruned = plan_candidates(data)
     if not candidates and not any(m in p.reason for p in pruned for m in MEMORY_REASONS):

@@ -48,6 +48,21 @@ def parse_set(item: str, source: str) -> tuple[list[str], Any]:
     return [p.strip() for p in parts], value
 
 
+def check_not_owned(sets: list[str], owned: dict[str, str], source: str = "(arguments)") -> None:
+    """No ``--set`` item names (or contains, or lies in) a field an option of the command
+    sets (``owned``: dotted field -> option): one of the two was dropped without a word
+    (``--set seeds=3`` beside ``--seeds 2``; ``--set slo={...}`` dropped ``--slo-...``)."""
+    for item in sets:
+        parts, _ = parse_set(item, source)
+        for field, option in owned.items():
+            key = field.split(".")
+            n = min(len(key), len(parts))
+            if parts[:n] == key[:n]:
+                raise SpecError(
+                    source, "set", f"{item!r} sets {field}, which {option} sets: give it once"
+                )
+
+
 def apply_overrides(data: dict[str, Any], sets: list[str], source: str) -> dict[str, Any]:
     """A copy of ``data`` with every ``KEY=VALUE`` of ``sets`` applied in order (``data`` is
     left as it was). Errors name ``source`` (``(arguments)`` for the command line)."""

@@ -499,6 +499,12 @@ CORPUS: list[Row] = [
      lambda t: search_(devices=[profile_(t, memory_bw_bytes_per_s=INF)])(t), "gpu.yaml",
      ["memory_bw_bytes_per_s", "finite"]),
     ("search-tp-true", search_(sweep={"tp": [True]}), "space.yaml", ["sweep.tp", "boolean"]),
+    ("search-seeds-and-set-seeds",
+     lambda t: [*search_()(t), "--seeds", "2", "--set", "seeds=3"], "(arguments)",
+     ["set", "'seeds=3' sets seeds, which --seeds sets"]),
+    ("search-grid-and-set-search",
+     lambda t: [*search_()(t), "--grid", "--set", "search=max_load"], "(arguments)",
+     ["set", "sets search, which --grid sets"]),
     ("search-duration-1e10", search_(duration_s=1e10), "space.yaml",
      ["duration_s", "exceeds 1e+09: seconds of simulated time"]),
     ("search-duration-inf", search_(duration_s=INF), "space.yaml", ["duration_s", "finite"]),
@@ -759,8 +765,11 @@ def test_numbers_within_the_bounds_still_run(tmp_path: Path) -> None:
         [*MEM, "--dp", "1024"],
         [*MEM, "--serving", _write(tmp_path, "a.yaml", "kv_cache_memory_bytes: 4.0e+10\n")],
         [*MEM, "--serving", _write(tmp_path, "b.yaml", "cpu_offload_bytes: 2.0e+11\n")],
-        [*STEP, "--decode", "1024", "--context", "131000"],
-        [*STEP, "--decode", "60", "--prefill", "4x2000@50000"],
+        # the longest context, and the most sequences (1,024 at 131,000 tokens together
+        # hold 300x the KV pool: no step vLLM runs)
+        [*STEP, "--decode", "1", "--context", "131000"],
+        [*STEP, "--decode", "1024", "--context", "400"],
+        [*STEP, "--decode", "20", "--prefill", "4x2000@50000"],
         ["workload", "stats", "random", "--sessions", "10", "--isl", "128", "--osl", "8"],
     ]
     for argv in ok:

@@ -37,6 +37,16 @@ FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "6
         ([*BASE, "--set", "sweep.tpp=[1]"], "tpp"),
         # nothing too big, every configuration invalid: as plan search, not an answer
         ([*BASE, "--set", "sweep.ep=[8]"], "every configuration was pruned: serving.ep"),
+        # a field an option sets, set again by --set: one of the two was dropped unsaid
+        ([*BASE, "--set", "slo={ttft_s_p90: 1.0}"],
+         "'slo={ttft_s_p90: 1.0}' sets slo.interactivity_tok_per_s_p90, which"
+         " --slo-interactivity sets"),
+        ([*BASE, "--set", "demand_users=1000"], "sets demand_users, which --users sets"),
+        ([*BASE, "--devices", "h100", "--set", "devices=[h200]"], "which --devices sets"),
+        ([*BASE, "--seeds", "1", "--set", "seeds=3"], "sets seeds, which --seeds sets"),
+        ([*BASE, "--slo-ttft-p90", "5", "--set", "slo.ttft_s_p90=0.001"],
+         "which --slo-ttft-p90 sets"),
+        ([*BASE, "--set", "model=kimi-k3"], "sets model, which --model sets"),
         # the scenarios' bound on simulated time, met in the space (it was exit 1 there)
         ([*BASE, "--set", "duration_s=1e10"], "duration_s: 1e+10 exceeds 1e+09: seconds"),
         ([*BASE, "--max-runs", "1"], "--max-runs"),
