@@ -60,9 +60,11 @@ def refused_note(runs: Any) -> str | None:
     share = runs["refused_share"]
     if not (share > 0).any():
         return None
+    top = float(share.max())  # (0.5 % read "up to 0 %" at whole percents)
+    most = f"{top:.0%}" if top >= 0.095 else f"{top:.1%}" if top >= 0.001 else "under 0.1%"
     return (
         f"note: {int((share > 0).sum()):,} of {len(runs):,} simulated points refused requests"
-        f" longer than the deployment's max_model_len (up to {share.max():.0%} of a run's):"
+        f" longer than the deployment's max_model_len (up to {most} of a run's):"
         " their figures are of the requests served, not of the whole workload"
     )
 

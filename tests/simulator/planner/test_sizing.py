@@ -316,3 +316,8 @@ def test_runs_that_refused_requests_are_said_so() -> None:
     assert note is not None
     assert "2 of 3 simulated points" in note
     assert "up to 25%" in note
+    # a small share is not rounded to nothing ("up to 0%" beside a refused_share of 0.005)
+    for share, text in ((0.005, "up to 0.5%"), (0.0004, "up to under 0.1%")):
+        small = refused_note(pd.DataFrame({"refused_share": [share]}))
+        assert small is not None
+        assert text in small
