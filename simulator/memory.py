@@ -228,6 +228,12 @@ def plan_memory(
             f" {context_tokens:,} token{'s' if context_tokens != 1 else ''}, not {num_seqs:,}"
             f" ({num_blocks:,} KV blocks; one sequence needs {per_seq_blocks:,})"
         )
+    elif num_seqs > max_num_seqs:  # (5,000 read "fits" beside max_num_seqs 1,024)
+        fits = False
+        reason = (
+            f"max_num_seqs {max_num_seqs:,} runs at most {max_num_seqs:,} sequences at once,"
+            f" not {num_seqs:,} (the others wait)"
+        )
 
     from simulator.fits import fit_answers
 

@@ -296,3 +296,15 @@ def test_tp_beyond_the_scale_up_domain_is_refused() -> None:
     with pytest.raises(SpecError, match="scale-up domain"):
         check_device(serving(tp=16), catalog.hardware_profile("h200"))
     check_device(serving(tp=16), catalog.hardware_profile("gb300"))  # NVL72
+
+
+def test_more_sequences_than_max_num_seqs_do_not_fit() -> None:
+    # one-token sequences fit the KV pool many times over; vLLM still runs max_num_seqs at once
+    card, device = catalog.model_card("llama-3.1-8b"), catalog.hardware_profile("h100")
+    serving = ServingConfig(tp=1)
+    at_limit = plan_memory(card, device, serving, context_tokens=1, num_seqs=1)
+    limit = at_limit.max_num_seqs
+    assert plan_memory(card, device, serving, context_tokens=1, num_seqs=limit).fits
+    over = plan_memory(card, device, serving, context_tokens=1, num_seqs=limit + 1)
+    assert not over.fits
+    assert over.fits_reason.startswith(f"max_num_seqs {limit:,} runs at most {limit:,} sequences")
