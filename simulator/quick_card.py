@@ -227,6 +227,10 @@ def estimate(
             raise SpecError(
                 ARGS, f"serving.{field}", f"a quick card has no layer layout to shard with {field}"
             )
+    if serving.dp > 1:  # (--dp 4 gave the answer of --dp 1, unsaid)
+        raise SpecError(
+            ARGS, "serving.dp", "a quick card has no attention layout for data-parallel ranks"
+        )
     if serving.weight_precision:
         raise SpecError(
             ARGS, "serving.weight_precision", "a quick card has one format: give --precision"

@@ -193,6 +193,9 @@ CORPUS: list[tuple[str, Callable[[Path], list[str]], str, list[str]]] = [
     # the precision of a vision tower that is not there was accepted and ignored
     ("vision-precision-alone", lambda t: [*Q, "--vision-precision", "fp8"], "(arguments)",
      ["--vision-precision", "without --vision-params"]),
+    # the estimate splits by TP alone: --dp 4 gave the same answer as without it
+    ("dp-with-a-quick-card", lambda t: [*Q, "--dp", "4"], "(arguments)",
+     ["serving.dp", "no attention layout for data-parallel ranks"]),
     ("layers-zero", lambda t: [*Q, "--layers", "0"], "(arguments)", ["--layers", "> 0"]),
     ("kv-heads-negative", lambda t: [*Q, "--layers", "4", "--kv-heads=-8"], "(arguments)",
      ["--kv-heads", "> 0"]),
