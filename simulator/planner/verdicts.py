@@ -146,9 +146,14 @@ def _misses_text(space: SearchSpace, runs: pd.DataFrame, device: str) -> str:
     target = slo.interactivity_tok_per_s_p90
     worst = r.get("interactivity_p90_worst")
     inter = r.interactivity_p90
-    if target and (inter is None or inter != inter or inter < target):
-        shown = "-" if inter is None or inter != inter else f"{inter:,.1f}"
-        best_seen = f"best P90 interactivity {shown} tok/s/user (SLO {target:g})"
+    if target and (inter is None or inter != inter):  # (it read "best P90 interactivity -")
+        window = space.duration_s - space.warmup_s
+        return (
+            f"misses the SLO: no inter-token gap was measured {where}, in a {window:,.0f} s"
+            " window after the warm-up (lengthen duration_s - warmup_s)"
+        )
+    if target and inter < target:
+        best_seen = f"best P90 interactivity {inter:,.1f} tok/s/user (SLO {target:g})"
         return f"misses the SLO: {best_seen} {where}"
     if target and worst is not None and worst == worst and worst < target:
         return (

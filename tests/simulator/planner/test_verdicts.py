@@ -4,10 +4,12 @@ parallelism swept on a dense model does not change what the weights need."""
 
 from __future__ import annotations
 
+import math
+
 from simulator.planner.analysis import best_per_device, pruned_table
 from simulator.planner.expand import expand
 from simulator.planner.verdicts import min_gpus_for_weights, verdicts
-from tests.simulator.planner.test_report_decision import runs_of, space_of
+from tests.simulator.planner.test_report_decision import run_row, runs_of, space_of
 
 
 def test_an_invalid_sweep_is_not_called_too_big() -> None:
@@ -25,3 +27,14 @@ def test_an_invalid_sweep_is_not_called_too_big() -> None:
     need = min_gpus_for_weights(plain, "h100")
     assert need is not None
     assert min_gpus_for_weights(space, "h100") == need  # not None ("beyond 1,024 GPUs")
+
+
+def test_a_run_that_measured_no_gap_says_so_not_a_dash() -> None:
+    space = space_of(devices=["h100"], sweep={"tp": [8], "dcp": [1]})
+    rows = [run_row(space, "h100", u, 100.0 * u, math.nan) for u in space.concurrency]
+    runs = runs_of(rows)
+    (v,) = verdicts(space, runs, best_per_device(space, runs))
+    assert v.kind == "misses_slo"
+    window = space.duration_s - space.warmup_s
+    assert v.text.startswith("misses the SLO: no inter-token gap was measured at the lowest load")
+    assert f"in a {window:,.0f} s window after the warm-up" in v.text
