@@ -183,7 +183,12 @@ class ServingConfig(Spec):
             )
         if not _validated(info, "ep"):
             return imbalance
-        ep = info.data["ep"]  # ep 1: no effect (every rank runs every expert's share)
+        ep = info.data["ep"]
+        if ep == 1 and imbalance != 1.0:  # (accepted, then dropped from the answer unsaid)
+            raise ValueError(
+                f"{imbalance:g} needs expert parallelism (ep > 1): at ep 1 every rank runs every"
+                " expert's share, so no rank is busier than the mean"
+            )
         if ep > 1 and imbalance > ep:
             raise ValueError(
                 f"{imbalance:g} exceeds ep {ep}: the busiest of {ep} ranks holds at most all"

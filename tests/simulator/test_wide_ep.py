@@ -148,11 +148,13 @@ def test_routed_experts_are_the_busiest_ranks(
 
 
 @pytest.mark.usefixtures("no_tables")
-def test_imbalance_has_no_effect_without_expert_parallelism(card: ModelCard) -> None:
-    device = catalog.hardware_profile("gb300")
-    a = lines(card, device, serving(tp=2), 8)["moe.routed_experts"]
-    b = lines(card, device, serving(tp=2, moe_load_imbalance=2.0), 8)["moe.routed_experts"]
-    assert (a.flops, a.bytes, a.seconds) == (b.flops, b.bytes, b.seconds)
+def test_imbalance_without_expert_parallelism_is_refused() -> None:
+    # at ep 1 it had no effect on the step, and an answer was given as if it had been used
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="needs expert parallelism"):
+        serving(tp=2, moe_load_imbalance=2.0)
+    assert serving(tp=2, moe_load_imbalance=1.0).moe_load_imbalance == 1.0
 
 
 def a2a_prior(device: HardwareProfile, s_bytes: float, ep: int) -> float:
