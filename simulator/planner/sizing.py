@@ -42,6 +42,7 @@ from simulator.planner.verdicts import MEMORY_REASONS
 from simulator.specs.frozen import Spec
 from simulator.specs.limits import MAX_GENERATED_SESSIONS, MAX_SEARCH_RUNS, at_most
 from simulator.specs.loading import SpecError, parse
+from simulator.specs.scenario import INTERACTIVITY_TARGET, TTFT_TARGET
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,8 +63,8 @@ class SizeRequest(Spec):
 
     model: str
     users: Annotated[PositiveInt, at_most(MAX_GENERATED_SESSIONS, "concurrent users")]
-    slo_interactivity_tok_per_s: PositiveFloat
-    slo_ttft_p90_s: PositiveFloat | None = None
+    slo_interactivity_tok_per_s: Annotated[PositiveFloat, *INTERACTIVITY_TARGET]
+    slo_ttft_p90_s: Annotated[PositiveFloat | None, *TTFT_TARGET] = None
     devices: list[str] | None = Field(default=None, min_length=1)  # None: every priced one
     # agentic | chat | random, or the path of a trace file (replayed as a closed loop)
     workload: str = "agentic"

@@ -199,9 +199,19 @@ WorkloadSpec = Annotated[
 ]
 
 
+INTERACTIVITY_TARGET = (
+    limits.at_least(limits.SLO_INTERACTIVITY_BOUNDS[0], "tok/s per user (a token every 1,000 s)"),
+    at_most(limits.SLO_INTERACTIVITY_BOUNDS[1], "tok/s per user"),
+)
+TTFT_TARGET = (
+    limits.at_least(limits.SLO_TTFT_BOUNDS_S[0], "seconds (0.1 ms)"),
+    at_most(limits.SLO_TTFT_BOUNDS_S[1], "seconds (11 days)"),
+)
+
+
 class SLO(Spec):
-    interactivity_tok_per_s_p90: PositiveFloat | None = None  # 1 / P90 ITL
-    ttft_s_p90: PositiveFloat | None = None
+    interactivity_tok_per_s_p90: Annotated[PositiveFloat | None, *INTERACTIVITY_TARGET] = None
+    ttft_s_p90: Annotated[PositiveFloat | None, *TTFT_TARGET] = None
 
     @property
     def has_target(self) -> bool:

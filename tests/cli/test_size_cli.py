@@ -28,6 +28,10 @@ FAST = ["--devices", "h100", "--workload", "random", "--isl", "512", "--osl", "6
         (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "nan"],
          "(arguments): slo-interactivity: "),
         ([*BASE, "--slo-ttft-p90", "0"], "(arguments): slo-ttft-p90: "),
+        # a target no one means: 1e-300 tok/s printed a margin to the SLO of 9e303 %
+        (["size", "--model", "kimi-k3", "--users", "10", "--slo-interactivity", "1e-300"],
+         "slo-interactivity: 1e-300 is below 0.001"),
+        ([*BASE, "--slo-ttft-p90", "1e9"], "slo-ttft-p90: 1e+09 exceeds 1e+06"),
         ([*BASE, "--devices", "nosuch"], "nosuch"),
         ([*BASE, "--workload", "missing/trace.jsonl"], "neither a built-in workload"),
         ([*BASE, "--model", "no-such-model"], "no-such-model"),
