@@ -40,8 +40,6 @@ def _measurement_tables(measurements: list[Path] | None, vidur: Path | None) -> 
     from simulator.cost.measurements import load_measurements
     from simulator.cost.vidur import vidur_tables
 
-    for m in measurements or []:  # regular files, UTF-8, within the table limit
-        check_text_file(m)
     if vidur is not None:
         check_dir(vidur, "--vidur")
     tables = load_measurements(measurements or [])

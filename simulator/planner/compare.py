@@ -4,7 +4,7 @@ the throughput / interactivity envelope, and aggregated against disaggregated se
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from simulator.planner.analysis import operating_points
 from simulator.planner.space import KNOBS, SearchSpace
@@ -35,9 +35,7 @@ def sensitivity(
     rows = []
     for _, b in best.iterrows():
         ran = runs[runs.device == b.device]
-        cut = (
-            pruned[pruned.device == b.device] if pruned is not None and _has_rows(pruned) else None
-        )
+        cut = pruned[pruned.device == b.device] if _has_rows(pruned) else None
         for knob in KNOBS:
             values = getattr(space.sweep, knob)
             # speculative decoding and the xPyD split are compared elsewhere (mode_comparison):
@@ -62,7 +60,7 @@ SENSITIVITY_COLUMNS = ("device", "knob", "from", "to", "users_from", "users_to",
                        "throughput_change", "throughput_change_pct", "note")  # fmt: skip
 
 
-def _has_rows(table: pd.DataFrame | None) -> bool:
+def _has_rows(table: pd.DataFrame | None) -> TypeGuard[pd.DataFrame]:
     return table is not None and not table.empty and "device" in table.columns
 
 

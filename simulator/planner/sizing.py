@@ -38,7 +38,7 @@ from simulator.planner.analysis import NODE_GPUS
 from simulator.planner.expand import Candidate, Pruned, all_pruned_reason, expand
 from simulator.planner.search import SEARCH_FILES
 from simulator.planner.space import SearchSpace
-from simulator.planner.verdicts import MEMORY_REASONS
+from simulator.planner.verdicts import for_memory
 from simulator.specs.frozen import Spec
 from simulator.specs.limits import MAX_GENERATED_SESSIONS, MAX_SEARCH_RUNS, at_most
 from simulator.specs.loading import SpecError, parse
@@ -321,7 +321,7 @@ def run_size(
         check_not_owned(overrides, owned_fields(request))
         data = apply_overrides(data, overrides, "(arguments)")
     space, candidates, pruned = plan_candidates(data)
-    if not candidates and not any(m in p.reason for p in pruned for m in MEMORY_REASONS):
+    if not candidates and not for_memory(p.reason for p in pruned):
         # nothing is too big: the --set values make no configuration valid (as plan search)
         raise SpecError("(arguments)", "(configurations)", all_pruned_reason(pruned))
     at_most = planned_runs(space, candidates)

@@ -10,6 +10,7 @@ labels the report, ``plan search`` and ``plan size`` print.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
 # the reasons ``expand`` prunes a configuration for memory (``MemoryReport.fits_reason``)
 MEMORY_REASONS = ("weights exceed", "no memory left for the KV cache", "KV cache holds",
                   "exceed the usable memory")  # fmt: skip
+
+
+def for_memory(reasons: Iterable[str]) -> bool:
+    """Whether any of ``reasons`` prunes for memory (one of ``MEMORY_REASONS``)."""
+    return any(m in r for r in reasons for m in MEMORY_REASONS)
+
+
 MAX_TP_TRIED = 1024  # the widest tensor-parallel group ``min_gpus_for_weights`` looks at
 
 
@@ -101,7 +109,7 @@ def _pruned_verdict(space: SearchSpace, device: str, pruned: pd.DataFrame | None
         if profile.scale_up is not None
         else "has 1 per deployment: no scale-up fabric"
     )
-    if reasons and not any(m in r for r in reasons for m in MEMORY_REASONS):
+    if reasons and not for_memory(reasons):
         # pruned for something else (an EP that does not span TP x DP, heads TP does not
         # divide): the weights are not what stops it, whatever they need
         return _invalid(device, reasons)
@@ -117,7 +125,7 @@ def _pruned_verdict(space: SearchSpace, device: str, pruned: pd.DataFrame | None
             "does_not_fit",
             f"does not fit: needs at least {need} GPUs for the weights ({has})",
         )
-    if any(m in r for r in reasons for m in MEMORY_REASONS):
+    if for_memory(reasons):
         return Verdict(
             device,
             "does_not_fit",
