@@ -44,7 +44,8 @@ def check_served(
             source,
             "serving.max_model_len" if length else "serving",
             f"every request ({len(recorder.requests):,}) is refused, e.g. request"
-            f" {first.req_id}: {first.reject_reason}",
+            f" {first.req_id}: {first.reject_reason}: nothing was served"
+            + (f"; {_LENGTH_FIX}" if length else ""),
         )
     if replay.idle_users and isinstance(workload, TraceWorkload):
         users = workload.concurrency or 0
@@ -61,6 +62,14 @@ def check_served(
             f"the workload ended at {last:,.1f} s, inside warmup_s {warmup_s:,g} s: nothing is"
             " measured; lower warmup_s or give the workload more requests or sessions",
         )  # fmt: skip
+
+
+# what to do when every request is too long (the model's context, a trace's prompts or a
+# generator drawing long sessions first: one agentic user may draw a 250k-token session)
+_LENGTH_FIX = (
+    "give requests that fit (shorter prompts or max_tokens), a larger max_model_len where"
+    " the model's context allows, or more users or sessions, so that some requests fit"
+)
 
 
 def _nothing_arrived(

@@ -78,6 +78,7 @@ def size(
     from simulator.planner.run_count import seeds_text
     from simulator.planner.sizing import SizeRequest, check_lengths, run_size
     from simulator.planner.sizing_report import as_json as result_json
+    from simulator.planner.sizing_report import repeat_notes
     from simulator.planner.sizing_report import terminal_table
     from simulator.specs.loading import parse
 
@@ -145,6 +146,8 @@ def size(
         many = plural(int(top.replicas), "deployment")
         typer.echo(f"\ndeploy {top.config_id} ({many} of this; all in deploy.sh):")
         typer.echo(result.commands[top.config_id])
+    for note in repeat_notes(result):
+        typer.echo(f"note: {note}", err=True)
     refused = refused_note(result.runs)
     if refused:
         typer.echo(refused, err=True)

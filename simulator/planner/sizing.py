@@ -234,7 +234,7 @@ def plan_candidates(
             )
             found, dropped = expand(mine, source)
             candidates += found
-            pruned += dropped
+            pruned += [p for p in dropped if p not in pruned]  # each default sweep repeats notes
             for k, values in sweep.items():
                 seen = union.setdefault(k, [])
                 seen += [v for v in values if v not in seen]

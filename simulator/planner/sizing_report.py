@@ -78,6 +78,13 @@ def write_size_report(stage: Path, result: SizeResult) -> list[Path]:
     return [*paths, stage / "size.md", stage / "size.json", stage / "deploy.sh"]
 
 
+def repeat_notes(result: SizeResult) -> list[str]:
+    """One note per sweep value given twice (``--set 'sweep.tp=[1,1]'``): its configurations
+    ran once. Distinct, in order (each device's default sweeps repeat the note)."""
+    notes = [p.reason for p in result.pruned if " repeats " in p.reason]
+    return list(dict.fromkeys(notes))
+
+
 def as_json(result: SizeResult) -> dict[str, Any]:
     """The answer as ``plan size --json`` prints it and size.json holds it."""
     from simulator.output_files import finite
@@ -92,6 +99,7 @@ def as_json(result: SizeResult) -> dict[str, Any]:
             "commands": result.commands,
             "simulations": result.simulations,
             "refused_note": refused_note(result.runs),
+            "repeat_notes": repeat_notes(result),
             "stated_error": {d: stated_error(d) for d in result.space.devices},
             "space": result.space.model_dump(mode="json"),
         }

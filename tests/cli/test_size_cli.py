@@ -102,3 +102,17 @@ def test_a_sizing_nothing_fits_still_writes_the_report(tmp_path: Path) -> None:
     assert wrote == f"wrote {out}/size.md, deploy.sh, report.html"
     assert (out / "report.html").is_file()  # (it said so before it wrote one)
     assert "weights exceed" in (out / "pruned.csv").read_text()
+
+
+def test_a_repeated_sweep_value_is_said_once(tmp_path: Path) -> None:
+    """`plan search` says a repeated sweep value ran once; `plan size` said nothing, and its
+    pruned.csv held the note once per default sweep of the device."""
+    out = tmp_path / "size"
+    argv = [*BASE, *FAST, "--set", "sweep.tp=[1,1]", "--out", str(out)]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    note = "sweep.tp repeats 1: its configurations run once (the repeat is dropped)"
+    assert result.stderr.count(f"note: {note}") == 1, result.stderr
+    assert (out / "pruned.csv").read_text().count(note) == 1
+    data = json.loads(runner.invoke(app, [*argv, "--json"]).stdout)
+    assert data["repeat_notes"] == [note]
