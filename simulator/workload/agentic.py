@@ -330,21 +330,48 @@ def _files(path: Path) -> list[Path]:
 
 
 def read_agentic(path: Path, bad: BadRecords) -> Iterator[Session]:
-    """Sessions of WEKA/AgentX traces, one at a time (a trace is parsed when it is reached)."""
+    """Sessions of WEKA/AgentX traces, one at a time (a trace is parsed when it is reached).
+
+    A trace's ``id`` scopes its ``hash_ids`` (they are numbered per trace), so two traces of
+    one id would share cached blocks they never shared: a repeated id is malformed."""
+    seen: dict[str, str] = {}  # trace id -> where it was first
     for file in _files(path):
         if file.name.endswith((".json", ".json.gz")):
-            yield from _read_json_file(file, bad)
+            for where, session in _read_json_file(file, bad):
+                if _unique(session, f"{file.name} {where}", seen, bad, file, where):
+                    yield session
             continue
         for lineno, text in lines(file):
             try:
-                yield parse_trace(loads_unique(text), f"{file.name}:{lineno}")
+                session = parse_trace(loads_unique(text), f"{file.name}:{lineno}")
             except json.JSONDecodeError as exc:
                 bad.handle(SpecError(file, f"line {lineno}", f"invalid JSON: {exc.msg}"))
+                continue
             except ValueError as exc:
                 bad.handle(SpecError(file, f"line {lineno}", str(exc)))
+                continue
+            if _unique(session, f"{file.name} line {lineno}", seen, bad, file, f"line {lineno}"):
+                yield session
 
 
-def _read_json_file(file: Path, bad: BadRecords) -> Iterator[Session]:
+def _unique(
+    session: Session, place: str, seen: dict[str, str], bad: BadRecords, file: Path, where: str
+) -> bool:
+    """Whether ``session``'s id is new (else the record is malformed: reported, or skipped)."""
+    first = seen.setdefault(session.key, place)
+    if first == place:
+        return True
+    bad.handle(
+        SpecError(
+            file, where,
+            f"id {session.key!r} repeats the trace of {first}: a trace's id scopes its"
+            " hash_ids, so the two would share cached blocks; give each trace its own id",
+        )
+    )  # fmt: skip
+    return False
+
+
+def _read_json_file(file: Path, bad: BadRecords) -> Iterator[tuple[str, Session]]:
     with open_text(file) as fh:
         try:
             doc = loads_unique(fh.read())
@@ -356,8 +383,9 @@ def _read_json_file(file: Path, bad: BadRecords) -> Iterator[Session]:
             return
     docs = doc if isinstance(doc, list) else [doc]
     for k, obj in enumerate(docs):
+        where = f"trace {k}" if len(docs) > 1 else "(trace)"
         try:
-            yield parse_trace(obj, file.name.split(".")[0] + (f"[{k}]" if len(docs) > 1 else ""))
+            name = file.name.split(".")[0] + (f"[{k}]" if len(docs) > 1 else "")
+            yield where, parse_trace(obj, name)
         except ValueError as exc:
-            where = f"trace {k}" if len(docs) > 1 else "(trace)"
             bad.handle(SpecError(file, where, str(exc)))

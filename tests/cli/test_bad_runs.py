@@ -39,6 +39,7 @@ from tests.cli.test_bad_numbers import (
     search_,
     set_,
     stats_,
+    weka,
 )
 
 __all__ = ["row_deadline"]  # the fixture, imported for the corpus test
@@ -63,6 +64,14 @@ def trace_run(trace: Callable[[Path], str], **workload: Any) -> Callable[[Path],
         return ["run", _yaml(t, "s.yaml", {**SCENARIO, "workload": spec})]
 
     return build
+
+
+def two_trace_files(t: Path) -> str:
+    """A folder of two trace files, each a trace of id s1."""
+    (t / "d").mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        jsonl(t / "d", name, [weka()])
+    return str(t / "d")
 
 
 def text(name: str, body: str) -> Callable[[Path], str]:
@@ -353,6 +362,11 @@ CORPUS: list[Row] = [
     ("stats-seed-with-trace",
      lambda t: ["workload", "stats", records("m.jsonl", [MOONCAKE])(t), "--seed", "3"],
      "(arguments)", ["seed", "does not apply to a trace file"]),
+    # a trace's id scopes its hash_ids: two traces of one id shared blocks they never shared
+    ("run-agentic-repeated-id", trace_run(records("trace.jsonl", [weka(), weka()])),
+     "trace.jsonl", ["line 2", "id 's1' repeats the trace of trace.jsonl line 1"]),
+    ("stats-agentic-repeated-id-across-files", stats_(two_trace_files),
+     "b.jsonl", ["line 1", "id 's1' repeats the trace of a.jsonl line 1"]),
     ("stats-agentic-t-backwards", stats_(agentic_trace(t=4.0)), "trace.jsonl",
      ["line 1", "requests[1].t: 3 s goes backwards (the entry before is at 4 s)"]),
     # ---- option values that ran without end, or were dropped without a word
