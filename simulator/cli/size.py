@@ -78,8 +78,7 @@ def size(
     from simulator.planner.run_count import seeds_text
     from simulator.planner.sizing import SizeRequest, check_lengths, run_size
     from simulator.planner.sizing_report import as_json as result_json
-    from simulator.planner.sizing_report import repeat_notes
-    from simulator.planner.sizing_report import terminal_table
+    from simulator.planner.sizing_report import repeat_notes, terminal_table
     from simulator.specs.loading import parse
 
     check_workers(workers)
