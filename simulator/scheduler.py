@@ -31,7 +31,6 @@ from simulator.cache.block_pool import SINK
 from simulator.cache.prefix import HitLike as PrefixHitLike
 from simulator.cache.prefix import PrefixHit
 from simulator.lockstep import NO_STEP_S, Lockstep
-from simulator.output_ids import output_block_id
 from simulator.states import (
     AcceptanceSampler,
     CacheLike,
@@ -287,7 +286,7 @@ class Scheduler:
                 took = accepted(drafts) if accepted is not None and drafts > 0 else 0
                 computed -= drafts - took
                 req.computed = computed
-                if took == 0 and req.first_token_s is not None:  # one token: _emit, inlined
+                if took == 0 and req.first_token_s is not None:  # one token: ReqState.emit, inlined
                     runs = req.itl_runs
                     runs.append(token_s - req.last_token_s)  # type: ignore[operator]
                     runs.append(1.0)
@@ -295,7 +294,7 @@ class Scheduler:
                     req.last_token_s = token_s
                     req.generated += 1
                 else:
-                    self._emit(req, took + 1, token_s)
+                    req.emit(took + 1, token_s)
                 total = req.prompt_tokens + req.generated
             else:
                 req.computed = computed
@@ -345,7 +344,9 @@ class Scheduler:
                 return
             short = self.cache.commit(req.req_id, computed)
         else:
-            short = self.cache.commit(req.req_id, computed, self._new_output_hashes(req, computed))
+            short = self.cache.commit(
+                req.req_id, computed, req.new_output_hashes(computed, self.block_tokens)
+            )
         if short:
             req.kv_cap = 0
 
@@ -358,35 +359,8 @@ class Scheduler:
                 known = len(req.block_hashes) + len(req.output_hashes)
                 ids = [SINK] * max(computed // self.block_tokens - known, 0)
             else:
-                ids = self._new_output_hashes(req, computed)
+                ids = req.new_output_hashes(computed, self.block_tokens)
             self.cache.commit(req.req_id, computed, ids)
-
-    def _new_output_hashes(self, req: ReqState, computed: int) -> list[int]:
-        """Provisional ids for blocks that ``computed`` tokens fill past the known ones."""
-        known = len(req.block_hashes) + len(req.output_hashes)
-        full = computed // self.block_tokens
-        if full <= known:
-            return []
-        new = [output_block_id(req.req_id, i) for i in range(known, full)]
-        req.output_hashes.extend(new)
-        return new
-
-    def _emit(self, req: ReqState, tokens: int, token_s: float) -> None:
-        tokens = min(tokens, req.request.output_tokens - req.generated)
-        if req.first_token_s is None:
-            req.first_token_s = token_s
-            if tokens > 1:
-                req.itl_runs.append(0.0)
-                req.itl_runs.append(tokens - 1)
-                req.itl_end_s.append(token_s)
-        else:
-            assert req.last_token_s is not None
-            gap = (token_s - req.last_token_s) / tokens  # tokens of one verify share the gap
-            req.itl_runs.append(gap)
-            req.itl_runs.append(tokens)
-            req.itl_end_s.append(token_s)
-        req.last_token_s = token_s
-        req.generated += tokens
 
     def _run(
         self, req: ReqState, num_new: int, entries: list[tuple[ReqState, int, int, bool]]

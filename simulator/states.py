@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from simulator.cache.prefix import HitLike as PrefixHitLike
+from simulator.output_ids import output_block_id
 from simulator.workload.request import Request
 
 
@@ -121,6 +122,35 @@ class ReqState:
     def __post_init__(self) -> None:
         self.req_id = self.request.request_id
         self.prompt_tokens = self.request.prompt_tokens
+
+    def emit(self, tokens: int, token_s: float) -> None:
+        """``tokens`` output tokens reached the client at ``token_s`` (capped at the request's
+        output length): the first token, or a run of the inter-token gaps."""
+        tokens = min(tokens, self.request.output_tokens - self.generated)
+        if self.first_token_s is None:
+            self.first_token_s = token_s
+            if tokens > 1:
+                self.itl_runs.append(0.0)
+                self.itl_runs.append(tokens - 1)
+                self.itl_end_s.append(token_s)
+        else:
+            assert self.last_token_s is not None
+            gap = (token_s - self.last_token_s) / tokens  # tokens of one verify share the gap
+            self.itl_runs.append(gap)
+            self.itl_runs.append(tokens)
+            self.itl_end_s.append(token_s)
+        self.last_token_s = token_s
+        self.generated += tokens
+
+    def new_output_hashes(self, computed: int, block_tokens: int) -> list[int]:
+        """Provisional ids for blocks that ``computed`` tokens fill past the known ones."""
+        known = len(self.block_hashes) + len(self.output_hashes)
+        full = computed // block_tokens
+        if full <= known:
+            return []
+        new = [output_block_id(self.req_id, i) for i in range(known, full)]
+        self.output_hashes.extend(new)
+        return new
 
     def itl_pairs(self) -> list[tuple[float, int]]:
         """``itl_runs`` as (gap s, tokens) pairs."""

@@ -8,7 +8,9 @@ ids when a counting pool hands over to the full one (``KVCacheManager.defer_iden
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from simulator.cache.block_pool import BlockPool
 from simulator.cache.config import CacheConfig
@@ -49,6 +51,16 @@ class Holding:
         self.mandatory: tuple[int, ...] = ()  # checkpoint positions always retained
         self.cap_tokens = 0  # tokens its blocks hold without growing (grow's fast path)
 
+    def num_blocks(self) -> int:
+        """Pool blocks held in all groups (a block shared with another request counts too)."""
+        return (
+            sum(len(b) for b in self.attn)
+            + sum(len(b) for b in self.swa)
+            + len(self.prev)
+            + len(self.running)
+            + len(self.drafts)
+        )
+
     def check(self, req_id: Hashable, c: CacheConfig) -> None:
         """Assert the holding's own invariants (``KVCacheManager.check``)."""
         s = c.state_groups
@@ -84,3 +96,55 @@ def with_real_ids(
         "a request's blocks went missing while counting"
     )
     return pool
+
+
+def hit_blocks(
+    pool: BlockPool | CountingPool,
+    req_id: Hashable,
+    hashes: Sequence[int],
+    blocks: range,
+    spaces: Iterable[int],
+) -> list[int]:
+    """The cached blocks of ``hashes[i]`` for ``i`` in ``blocks``, in each of ``spaces``
+    (space by space): what a prefix hit holds; one not cached means the hit is stale."""
+    held: list[int] = []
+    for space in spaces:
+        for i in blocks:
+            b = pool.lookup(hashes[i], space)
+            if b is None:
+                raise ValueError(
+                    f"stale PrefixHit for {req_id!r}: block {i} (space {space}) not cached"
+                )
+            held.append(b)
+    return held
+
+
+class _Checked(Protocol):
+    def check(self) -> None: ...
+
+
+def check_holdings(
+    reqs: Mapping[Hashable, Holding],
+    pool: BlockPool | CountingPool,
+    tiers: Iterable[_Checked],
+    c: CacheConfig,
+    set_capacity: Callable[[Holding], None],
+) -> None:
+    """``KVCacheManager.check``: the pool's and tiers' invariants, each holding's, a fresh
+    capacity equal to the kept one, and ref counts exactly the holdings' holds."""
+    pool.check()
+    for tier in tiers:
+        tier.check()
+    holds: Counter[int] = Counter()
+    for req_id, r in reqs.items():
+        r.check(req_id, c)
+        cap = r.cap_tokens
+        set_capacity(r)
+        assert cap == r.cap_tokens, f"{req_id}: stale capacity"
+        for blocks in (*r.attn, *r.swa, r.prev, r.running, r.drafts):
+            holds.update(blocks)
+    if isinstance(pool, CountingPool):  # block "ids" are kind tags: count them
+        assert sum(holds.values()) == pool.num_used, "blocks held != blocks used"
+        return
+    for b in range(1, c.num_blocks + 1):
+        assert pool.ref(b) == holds[b], f"block {b}: ref {pool.ref(b)} != holds"

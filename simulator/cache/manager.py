@@ -29,13 +29,20 @@ extends the hit from that point.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Hashable, Sequence
 
 from simulator.cache.block_pool import SINK, BlockPool
 from simulator.cache.config import CacheConfig, CacheUsage
 from simulator.cache.counting_pool import CountingPool
-from simulator.cache.holdings import ATTN_KIND, STATE_KIND, SWA_KIND, Holding, with_real_ids
+from simulator.cache.holdings import (
+    ATTN_KIND,
+    STATE_KIND,
+    SWA_KIND,
+    Holding,
+    check_holdings,
+    hit_blocks,
+    with_real_ids,
+)
 from simulator.cache.offload import ATTENTION, STATE, CpuTier
 from simulator.cache.prefix import HitLike, PrefixHit, find_prefix_hit
 from simulator.cache.remote_tier import RemoteTier
@@ -134,14 +141,7 @@ class KVCacheManager:
     def num_blocks_of(self, req_id: Hashable) -> int:
         """Pool blocks the request holds in all groups (a block shared with another request
         counts here too)."""
-        r = self._reqs[req_id]
-        return (
-            sum(len(b) for b in r.attn)
-            + sum(len(b) for b in r.swa)
-            + len(r.prev)
-            + len(r.running)
-            + len(r.drafts)
-        )
+        return self._reqs[req_id].num_blocks()
 
     def load_bytes(self, hit: PrefixHit) -> float:
         """Bytes the CPU part of ``hit`` moves over the host link (0 without a CPU tier)."""
@@ -210,20 +210,10 @@ class KVCacheManager:
         n_attn = self._attn_blocks(total)
         g_hit, c_hit = hit.gpu_tokens // blk, hit.cpu_tokens // blk
         hashes = list(block_hashes)
-        held: list[int] = []
-        for g in range(f):
-            for i in range(g_hit):
-                b = pool.lookup(hashes[i], g)
-                if b is None:
-                    raise ValueError(f"stale PrefixHit for {req_id!r}: block {i} not cached")
-                held.append(b)
+        held = hit_blocks(pool, req_id, hashes, range(g_hit), range(f))
         ckpt: list[int] = []
         if s and c.prefix_caching and g_hit and not c_hit:
-            for sp in self._state_spaces:
-                b = pool.lookup(hashes[g_hit - 1], sp)
-                if b is None:
-                    raise ValueError(f"stale PrefixHit for {req_id!r}: checkpoint not cached")
-                ckpt.append(b)
+            ckpt = hit_blocks(pool, req_id, hashes, range(g_hit - 1, g_hit), self._state_spaces)
         evictable = sum(1 for b in held if pool.ref(b) == 0) + sum(
             1 for b in ckpt if pool.ref(b) == 0
         )
@@ -442,20 +432,4 @@ class KVCacheManager:
 
     def check(self) -> None:
         """Assert the pool's invariants and that its ref counts are exactly the requests' holds."""
-        c = self.config
-        self.pool.check()
-        for tier in self._tiers:
-            tier.check()
-        holds: Counter[int] = Counter()
-        for req_id, r in self._reqs.items():
-            r.check(req_id, c)
-            cap = r.cap_tokens
-            self._set_capacity(r)
-            assert cap == r.cap_tokens, f"{req_id}: stale capacity"
-            for blocks in (*r.attn, *r.swa, r.prev, r.running, r.drafts):
-                holds.update(blocks)
-        if isinstance(self.pool, CountingPool):  # block "ids" are kind tags: count them
-            assert sum(holds.values()) == self.pool.num_used, "blocks held != blocks used"
-            return
-        for b in range(1, c.num_blocks + 1):
-            assert self.pool.ref(b) == holds[b], f"block {b}: ref {self.pool.ref(b)} != holds"
+        check_holdings(self._reqs, self.pool, self._tiers, self.config, self._set_capacity)
