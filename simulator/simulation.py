@@ -241,7 +241,7 @@ def check_workload_files(workload: Any) -> None:
     from simulator.workload.traces import check_trace
 
     if isinstance(workload, TraceWorkload):
-        check_trace(workload.path)
+        check_trace(workload.path, workload.format)
 
 
 def simulate(

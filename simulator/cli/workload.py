@@ -97,7 +97,7 @@ def workload_stats_command(
     else:
         from simulator.workload.traces import check_trace
 
-        check_trace(source)  # a FIFO, a truncated gzip file, non-UTF-8 text: before reading
+        check_trace(source, trace_format)  # a FIFO, a truncated gzip, non-UTF-8: before reading
         src = trace_source(source, trace_format, skip_bad=skip_bad)
     st = workload_stats(src, limit=limit)
     if as_json:

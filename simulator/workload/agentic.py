@@ -42,7 +42,14 @@ from simulator.workload.request import (
     content_keys,
     scope_key,
 )
-from simulator.workload.source import BadRecords, lines, open_text
+from simulator.workload.source import (
+    MAX_HASH_ID,
+    BadRecords,
+    check_tokens,
+    json_line_error,
+    lines,
+    open_text,
+)
 
 BLOCK_TOKENS = 64
 Runs = tuple[tuple[int, int], ...]  # maximal inclusive runs of ids (``maximal_runs``)
@@ -90,6 +97,8 @@ def _number(
 
 
 def _count(r: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    """A request's token count: an integer in [minimum, 10^7] (10^12 tokens in a few bytes of
+    run-encoded ids asked for 7 TiB of block ids)."""
     value = r.get(key)
     if value is None:
         raise ValueError(f"{where}: missing field {key!r}")
@@ -97,7 +106,7 @@ def _count(r: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
         raise ValueError(f"{where}.{key}: expected an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"{where}.{key}: must be >= {minimum}, got {value}")
-    return value
+    return check_tokens(value, f"{where}.{key}")
 
 
 def maximal_runs(runs: list[tuple[int, int]]) -> Runs:
@@ -117,12 +126,19 @@ def _runs(ids: Any, ranges: bool, where: str) -> Runs:
     if not isinstance(ids, list):
         raise ValueError(f"{where}.hash_ids: expected a list")
     if not ranges:
-        arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size and arr.min() < 0):
-            bad = next(
-                (x for x in ids if isinstance(x, bool) or not isinstance(x, int) or x < 0), None
+        try:
+            arr = np.asarray(ids) if ids else np.zeros(0, dtype=np.int64)
+        except OverflowError:  # an int past 2^64
+            arr = np.zeros(0, dtype=object)
+        if (
+            arr.ndim != 1
+            or arr.dtype.kind not in "iu"
+            or (arr.size and (arr.min() < 0 or arr.max() > MAX_HASH_ID))
+        ):
+            bad = next((x for x in ids if not _hash_id(x)), None)
+            raise ValueError(
+                f"{where}.hash_ids: bad element {bad!r} (integers in [0, 2^63 - 1] only)"
             )
-            raise ValueError(f"{where}.hash_ids: bad element {bad!r} (non-negative ints only)")
         arr = arr.astype(np.int64)
         cut = np.flatnonzero(np.diff(arr) != 1) + 1  # run boundaries
         starts = np.concatenate([[0], cut])
@@ -130,18 +146,21 @@ def _runs(ids: Any, ranges: bool, where: str) -> Runs:
         return tuple(zip(arr[starts].tolist(), arr[ends].tolist(), strict=True)) if arr.size else ()
     pairs: list[tuple[int, int]] = []
     for x in ids:
-        if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+        if _hash_id(x):
             pairs.append((x, x))
-        elif (
-            isinstance(x, list)
-            and len(x) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
-            and 0 <= x[0] <= x[1]
-        ):
+        elif isinstance(x, list) and len(x) == 2 and all(map(_hash_id, x)) and x[0] <= x[1]:
             pairs.append((x[0], x[1]))
         else:
-            raise ValueError(f"{where}.hash_ids: bad element {x!r}")
+            raise ValueError(
+                f"{where}.hash_ids: bad element {x!r} (an id or an [first, last] run of ids,"
+                " integers in [0, 2^63 - 1])"
+            )
     return maximal_runs(pairs)
+
+
+def _hash_id(x: Any) -> bool:
+    """A block id: an integer that fits the int64 arrays the ids are kept in."""
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_HASH_ID
 
 
 def common_blocks(a: Runs, b: Runs) -> int:
@@ -345,7 +364,7 @@ def read_agentic(path: Path, bad: BadRecords) -> Iterator[Session]:
             try:
                 session = parse_trace(loads_unique(text), f"{file.name}:{lineno}")
             except json.JSONDecodeError as exc:
-                bad.handle(SpecError(file, f"line {lineno}", f"invalid JSON: {exc.msg}"))
+                bad.handle(SpecError(file, f"line {lineno}", json_line_error(text, exc)))
                 continue
             except ValueError as exc:
                 bad.handle(SpecError(file, f"line {lineno}", str(exc)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from simulator.specs import limits
 from simulator.specs.loading import (
     TRACE_LIMIT,
     SpecError,
@@ -23,6 +25,25 @@ from simulator.specs.loading import (
 from simulator.workload.request import Session
 
 MAX_REASONS = 5
+# trace text: UTF-8, a leading byte-order mark (as Excel and Windows tools write) dropped
+TEXT = "utf-8-sig"
+# a block id of a trace: the ids are kept in int64 arrays
+MAX_HASH_ID = 2**63 - 1
+
+
+def shown_int(value: int) -> str:
+    """``12,345``, or ``~1e400`` for an integer too long to read (no float: 10^400 overflows)."""
+    return f"{value:,}" if value < 10**15 else f"~1e{len(str(value)) - 1}"
+
+
+def check_tokens(value: int, field: str) -> int:
+    """A trace request's prompt or output tokens, at most the generators' bound."""
+    if value > limits.MAX_GENERATED_TOKENS:
+        raise ValueError(
+            f"{field}: {shown_int(value)} tokens exceeds {limits.MAX_GENERATED_TOKENS:,} (10x"
+            " the longest context of any model card)"
+        )
+    return value
 
 
 @dataclass(slots=True)
@@ -192,9 +213,9 @@ def open_text(path: Path) -> IO[str]:
     check_trace_file(path)
     try:
         if path.suffix == ".gz":
-            raw: IO[str] = io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")  # noqa: SIM115
+            raw: IO[str] = io.TextIOWrapper(gzip.open(path, "rb"), encoding=TEXT)  # noqa: SIM115
         else:
-            raw = path.open(encoding="utf-8")
+            raw = path.open(encoding=TEXT)
     except OSError as exc:
         raise SpecError(path, "(file)", os_reason(exc)) from None
     return _CheckedText(raw, path)  # type: ignore[return-value]
@@ -206,3 +227,15 @@ def lines(path: Path) -> Iterator[tuple[int, str]]:
         for lineno, text in enumerate(fh, start=1):
             if text.strip():
                 yield lineno, text
+
+
+def json_line_error(text: str, exc: json.JSONDecodeError) -> str:
+    """Why a line of a JSONL trace is not JSON; a line that opens an object or a list alone
+    is most likely a pretty-printed file, which the reader takes one line at a time."""
+    why = f"invalid JSON: {exc.msg}"
+    if text.strip() in ("{", "["):
+        why += (
+            " (a .jsonl trace is one JSON object per line; a pretty-printed, multi-line JSON"
+            " trace needs the .json suffix)"
+        )
+    return why

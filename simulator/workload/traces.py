@@ -16,12 +16,13 @@ import json
 import math
 import stat
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simulator.specs import limits
 from simulator.specs.loading import SpecError, check_dir, loads_unique, stat_path
 from simulator.workload.request import (
     EMPTY_IDS,
@@ -32,13 +33,18 @@ from simulator.workload.request import (
     scope_key,
 )
 from simulator.workload.source import (
+    MAX_HASH_ID,
     BadRecords,
+    check_tokens,
     check_trace_file,
+    json_line_error,
     lines,
     open_text,
+    shown_int,
 )
 
 MOONCAKE_BLOCK_TOKENS = 512
+TIME_WHY = "simulator/specs/limits.py: 32 years, past any recording"
 FORMATS = ("agentic", "mooncake", "azure")
 
 
@@ -57,17 +63,31 @@ def _int_field(rec: dict[str, Any], key: str, minimum: int) -> int:
     return v
 
 
+def _check_time(seconds: float, field: str) -> float:
+    """A record's time (from the trace's start): at most 10^9 s, as every trace time."""
+    if seconds > limits.MAX_TRACE_TIME_S:
+        raise ValueError(
+            f"{field}: {seconds:g} s exceeds {limits.MAX_TRACE_TIME_S:g} s ({TIME_WHY})"
+        )
+    return seconds
+
+
 def _mooncake_turn(rec: Any, scope: int) -> tuple[float, Turn]:
     if not isinstance(rec, dict):
         raise ValueError(f"expected an object, got {type(rec).__name__}")
     ts_ms = _int_field(rec, "timestamp", 0)
-    prompt = _int_field(rec, "input_length", 1)
-    output = _int_field(rec, "output_length", 0)
+    if ts_ms > 1000 * limits.MAX_TRACE_TIME_S:
+        raise ValueError(
+            f"timestamp: {shown_int(ts_ms)} ms exceeds {1000 * limits.MAX_TRACE_TIME_S:g} ms"
+            f" ({TIME_WHY})"
+        )
+    prompt = check_tokens(_int_field(rec, "input_length", 1), "input_length")
+    output = check_tokens(_int_field(rec, "output_length", 0), "output_length")
     ids = rec.get("hash_ids")
     if not isinstance(ids, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ids
+        isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_HASH_ID for x in ids
     ):
-        raise ValueError("hash_ids: expected a list of non-negative integers")
+        raise ValueError("hash_ids: expected a list of integers in [0, 2^63 - 1]")
     full = prompt // MOONCAKE_BLOCK_TOKENS
     if len(ids) not in (full, -(-prompt // MOONCAKE_BLOCK_TOKENS)):
         raise ValueError(
@@ -90,7 +110,7 @@ def read_mooncake(path: Path, bad: BadRecords) -> Iterator[Session]:
                 raise ValueError(f"timestamp goes backwards ({start * 1000:.0f} ms after "
                                  f"{last * 1000:.0f} ms)")  # fmt: skip
         except json.JSONDecodeError as exc:
-            bad.handle(SpecError(path, f"line {lineno}", f"invalid JSON: {exc.msg}"))
+            bad.handle(SpecError(path, f"line {lineno}", json_line_error(text, exc)))
             continue
         except ValueError as exc:
             bad.handle(SpecError(path, f"line {lineno}", str(exc)))
@@ -99,25 +119,31 @@ def read_mooncake(path: Path, bad: BadRecords) -> Iterator[Session]:
         yield _one(turn, start, str(lineno))
 
 
-def _timestamp_s(text: str) -> float:
-    """``2023-11-16 18:15:46.6805900`` (100 ns digits) -> POSIX seconds; or plain seconds."""
+def _timestamp_s(text: str) -> tuple[float, bool]:
+    """``2023-11-16 18:15:46.6805900`` (100 ns digits) -> POSIX seconds, read as UTC where the
+    text names no zone (never the machine's: a DST change would move the gaps); or plain
+    seconds. With whether it was a date and time (a column must not mix the two)."""
     text = text.strip()
     try:
+        if not text.isascii() or "_" in text:  # float() reads other scripts' digits and 1_000
+            raise ValueError
         value = float(text)
     except ValueError:
         pass
     else:
         if not math.isfinite(value):  # float() reads nan / inf: no replay reaches them
             raise ValueError(f"TIMESTAMP: must be a finite number, got {text!r}")
-        return value
+        return value, False
     main, _, frac = text.partition(".")
     try:
-        base = datetime.fromisoformat(main).timestamp()
+        when = datetime.fromisoformat(main)
     except ValueError:
         raise ValueError(f"TIMESTAMP: cannot parse {text!r}") from None
-    if frac and not frac.isdigit():
+    if frac and not (frac.isascii() and frac.isdigit()):
         raise ValueError(f"TIMESTAMP: cannot parse {text!r}")
-    return base + (float(f"0.{frac}") if frac else 0.0)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() + (float(f"0.{frac}") if frac else 0.0), True
 
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -131,6 +157,7 @@ def read_azure(path: Path, bad: BadRecords) -> Iterator[Session]:
         if header is None or [h.strip() for h in header[:3]] != list(AZURE_COLUMNS):
             raise SpecError(path, "line 1", f"expected the header {','.join(AZURE_COLUMNS)}")
         t0: float | None = None
+        dated: bool | None = None  # the first row's kind of timestamp
         last = 0.0
         for row in reader:
             lineno = reader.line_num
@@ -139,13 +166,20 @@ def read_azure(path: Path, bad: BadRecords) -> Iterator[Session]:
             try:
                 if len(row) < 3:
                     raise ValueError(f"expected 3 columns, got {len(row)}")
-                ts = _timestamp_s(row[0])
+                ts, is_date = _timestamp_s(row[0])
+                if dated is not None and is_date != dated:
+                    kinds = ("seconds", "a date and time")
+                    raise ValueError(
+                        f"TIMESTAMP: {row[0].strip()!r} is {kinds[is_date]}, the first row's"
+                        f" is {kinds[dated]}: one column, one kind of timestamp"
+                    )
                 prompt, output = (
                     _csv_int(row[1], "ContextTokens", 1),
                     _csv_int(row[2], "GeneratedTokens", 0),
                 )
                 t0 = ts if t0 is None else t0
-                start = ts - t0
+                dated = is_date
+                start = _check_time(ts - t0, "TIMESTAMP (from the first row)")
                 if start < last:
                     raise ValueError("TIMESTAMP goes backwards")
             except ValueError as exc:
@@ -156,16 +190,19 @@ def read_azure(path: Path, bad: BadRecords) -> Iterator[Session]:
 
 
 def _csv_int(text: str, column: str, minimum: int) -> int:
-    try:
-        v = int(text.strip())
-    except ValueError:
-        raise ValueError(f"{column}: expected an integer, got {text.strip()!r}") from None
+    """A token count cell: ASCII digits (``int()`` also reads ``1_000`` and other scripts'
+    digits), at most the generators' bound."""
+    cell = text.strip()
+    digits = cell[1:] if cell[:1] in "+-" else cell
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"{column}: expected an integer, got {cell!r}")
+    v = int(cell)
     if v < minimum:
         raise ValueError(f"{column}: must be >= {minimum}, got {v}")
-    return v
+    return check_tokens(v, column)
 
 
-def check_trace(path: str | Path) -> None:
+def check_trace(path: str | Path, format: str | None = None) -> None:
     """Everything a replay of ``path`` will read, checked before it starts: a trace file, or
     every trace file of a directory of agentic traces, is a regular file within the size
     limit, with an intact gzip stream and UTF-8 text (see :func:`check_trace_file`)."""
@@ -179,6 +216,11 @@ def check_trace(path: str | Path) -> None:
             raise
         raise SpecError(p, exc.field, "no such file or directory") from None
     if stat.S_ISDIR(st.st_mode):
+        if format not in (None, "agentic"):
+            raise SpecError(
+                p, "(file)", f"a trace of format {format} is one file, not a folder (only agentic"
+                " traces come as a folder of trace files)",
+            )  # fmt: skip
         check_dir(p, "(file)")
         for f in _files(p):
             check_trace_file(f)

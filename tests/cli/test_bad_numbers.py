@@ -216,6 +216,12 @@ def azure_trace(timestamp: str) -> Callable[[Path], str]:
     )  # fmt: skip
 
 
+def azure_rows(*rows: str) -> Callable[[Path], str]:
+    """An Azure CSV of ``rows`` (``\\uXXXX`` escapes decoded: a digit of another script)."""
+    body = "".join(r.encode().decode("unicode_escape") + "\n" for r in rows)
+    return lambda t: _write(t, "azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n" + body)
+
+
 def mooncake_trace(**rec: Any) -> Callable[[Path], str]:
     base = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
     return lambda t: jsonl(t, "mooncake.jsonl", [{**base, **rec}])
@@ -674,6 +680,37 @@ CORPUS: list[Row] = [
      ["line 1", "timestamp"]),
     ("stats-mooncake-input-zero", stats_(mooncake_trace(input_length=0, hash_ids=[])),
      "mooncake.jsonl", ["line 1", "input_length"]),
+    # trace numbers past what a replay can hold: exit 1 (OverflowError, MemoryError) or a
+    # span of 1e300 s, accepted; and int()'s quirks read as numbers
+    ("stats-azure-ts-1e300", stats_(azure_rows("0,10,5", "1e300,10,5")), "azure.csv",
+     ["line 3", "TIMESTAMP (from the first row): 1e+300 s exceeds 1e+09 s"]),
+    ("stats-azure-seconds-then-date",
+     stats_(azure_rows("0,10,5", "2023-11-16 18:15:46.6805900,10,5")), "azure.csv",
+     ["line 3", "is a date and time, the first row's is seconds"]),
+    ("stats-azure-tokens-1e20", stats_(azure_rows("0,100000000000000000000,5")), "azure.csv",
+     ["line 2", "ContextTokens: ~1e20 tokens exceeds 10,000,000"]),
+    ("stats-azure-tokens-underscore", stats_(azure_rows("0,1_000,5")), "azure.csv",
+     ["line 2", "ContextTokens: expected an integer, got '1_000'"]),
+    ("stats-azure-tokens-arabic-digits", stats_(azure_rows("0,\u0661\u0662,5")), "azure.csv",
+     ["line 2", "ContextTokens: expected an integer"]),
+    ("stats-mooncake-timestamp-1e400", stats_(mooncake_trace(timestamp=10**400)),
+     "mooncake.jsonl", ["line 1", "timestamp: ~1e400 ms exceeds 1e+12 ms"]),
+    ("stats-mooncake-output-1e30", stats_(mooncake_trace(output_length=10**30)),
+     "mooncake.jsonl", ["line 1", "output_length: ~1e30 tokens exceeds 10,000,000"]),
+    ("stats-mooncake-hash-past-int64", stats_(mooncake_trace(hash_ids=[1, 10**23])),
+     "mooncake.jsonl", ["line 1", "hash_ids", "[0, 2^63 - 1]"]),
+    ("stats-agentic-out-1e30", stats_(agentic_trace(out=10**30)), "trace.jsonl",
+     ["line 1", "requests[0].out: ~1e30 tokens exceeds 10,000,000"]),
+    ("stats-agentic-hash-2-70", stats_(agentic_trace(hash_ids=[2**70] + list(range(9)))),
+     "trace.jsonl", ["line 1", "bad element 1180591620717411303424", "[0, 2^63 - 1]"]),
+    ("stats-agentic-hash-2-63", stats_(agentic_trace(hash_ids=[2**63] + list(range(9)))),
+     "trace.jsonl", ["line 1", "bad element 9223372036854775808"]),
+    # 6.4e13 tokens in a few bytes of run-encoded ids asked for 7 TiB of block ids
+    ("stats-agentic-ranges-in-6e13",
+     lambda t: ["workload", "stats", jsonl(t, "trace.jsonl", [{
+         "id": "a", "hash_ids_encoding": "ranges", "requests": [
+             {"t": 0, "in": 64 * 10**12, "out": 10, "hash_ids": [[0, 10**12 - 1]]}]}])],
+     "trace.jsonl", ["line 1", "requests[0].in: 64,000,000,000,000 tokens exceeds"]),
     ("stats-seed-negative", lambda t: ["workload", "stats", "agentic", "--seed", "-1"],
      "(arguments)", ["seed", ">= 0"]),
     ("stats-range-ratio-nan", lambda t: ["workload", "stats", "random", "--range-ratio", "nan"],

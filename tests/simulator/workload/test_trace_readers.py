@@ -145,3 +145,63 @@ def test_unknown_format_and_missing_file(mooncake_file: Path, tmp_path: Path) ->
 
 def test_limit_reads_only_the_first_sessions(mooncake_file: Path) -> None:
     assert len(turns(mooncake_file, limit=2)) == 2
+
+
+def test_azure_dates_are_utc_whatever_the_machine_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A naive date and time was read in the machine's zone: across New York's DST change
+    (2023-11-05 02:00 local) a one-second gap became 3,601 s."""
+    import time
+
+    path = tmp_path / "azure.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-05 01:59:59.0000000,100,10\n2023-11-05 02:00:00.5000000,100,10\n"
+    )
+    starts = []
+    for zone in ("UTC", "America/New_York"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        starts.append([start for start, _ in turns(path)])
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert starts == [[0.0, 1.5], [0.0, 1.5]]
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n0,100,10\n1,200,20\n"),
+        ("m.jsonl", "".join(json.dumps({"timestamp": ms, "input_length": 600, "output_length": 5,
+                                        "hash_ids": [1, 2]}) + "\n" for ms in (0, 1000))),
+    ],
+)  # fmt: skip
+def test_a_byte_order_mark_is_read_as_nothing(tmp_path: Path, name: str, body: str) -> None:
+    """Excel and Windows tools write a UTF-8 byte-order mark: the format went undetected,
+    and the header or the first line's JSON was refused."""
+    plain, marked = tmp_path / name, tmp_path / f"bom-{name}"
+    plain.write_text(body)
+    marked.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert detect_format(marked) == detect_format(plain)
+    assert [(s, t.prompt_tokens) for s, t in turns(marked)] == [
+        (s, t.prompt_tokens) for s, t in turns(plain)
+    ]
+
+
+def test_a_pretty_printed_jsonl_trace_says_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps({"id": "a", "requests": []}, indent=2))
+    with pytest.raises(SpecError) as info:
+        list(trace_source(path, format="agentic").open())
+    assert info.value.field == "line 1"
+    assert "one JSON object per line" in info.value.reason
+    assert "the .json suffix" in info.value.reason
+
+
+def test_a_folder_is_a_trace_of_agentic_traces_only(tmp_path: Path) -> None:
+    from simulator.workload.traces import check_trace
+
+    with pytest.raises(SpecError) as info:
+        check_trace(tmp_path, "azure")
+    assert "a trace of format azure is one file, not a folder" in info.value.reason
