@@ -172,12 +172,7 @@ def summarize(
     step_count = sum(s.steps for s in rec.steps)
     saturated, why = saturation(rec, w0, w1)
     extra = _pool_figures(rec, pools, done, tok, w0, w1, window) if pools is not None else {}
-    # the store's share of the CPU-tier hits, recorded at the same admissions (HitRecord)
-    store = sum(
-        r.store_hit_tokens
-        for r in clients
-        if r.store_hit_s is not None and w0 <= r.store_hit_s <= w1 and w1 > w0
-    )
+    store = tok.store  # of the CPU-tier hits, recorded with them (HitRecord)
     return Summary(
         window_s=window,
         window_start_s=w0,

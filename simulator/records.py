@@ -36,6 +36,7 @@ class HitRecord:
     gpu_tokens: int
     cpu_tokens: int
     remote_tokens: int  # pulled from the other pool (send-back)
+    store_tokens: int = 0  # of the CPU-tier tokens, those loaded from the remote KV store
 
 
 @dataclass(slots=True)

@@ -231,7 +231,8 @@ class Replica:
         remote = max(0, min(upto, remote_end) - max(done, cpu_end))
         gpu += upto - done - gpu - cpu - remote  # past every tier: a re-admission's hit
         owner.prompt_done = upto
-        self.recorder.on_hit(HitRecord(self.id, now_s, gpu, cpu, remote))
+        store = min(cpu, owner.store_hit_tokens)  # the store's part of the CPU-tier hit
+        self.recorder.on_hit(HitRecord(self.id, now_s, gpu, cpu, remote, store))
 
     def _shape(self, plan: StepPlan) -> StepShape:
         """The sums the step cost model needs (``step.shape_of`` without numpy overhead)."""

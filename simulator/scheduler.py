@@ -215,15 +215,15 @@ class Scheduler:
                     req.gpu_hit_tokens = hit.gpu_tokens
                     req.cpu_hit_tokens = hit.cpu_tokens
                     req.recomputed_tokens = hit.recompute_tokens
-                    store = getattr(hit, "store_tokens", 0)
-                    if store:  # remote KV store (simulator.cache.remote_tier)
-                        owner = req.client or req
-                        owner.store_hit_tokens, owner.store_hit_s = store, now_s
                 if not self.cache.admit(
                     req.req_id, req.num_tokens, req.all_hashes, hit, self.k, remote, hit_only=True
                 ):
                     break  # full_sequence_must_fit failed: head-of-line, stop the scan
                 self.waiting.popleft()
+                store = 0 if req.accounted else getattr(hit, "store_tokens", 0)
+                if store:  # remote KV store (simulator.cache.remote_tier), once admitted
+                    owner = req.client or req
+                    owner.store_hit_tokens, owner.store_hit_s = store, now_s
                 req.accounted = True
                 req.computed = max(hit.gpu_tokens + hit.cpu_tokens, remote)
                 if req.remote_tokens and self.remote is not None:

@@ -54,6 +54,7 @@ class Window:
     gpu: float = 0.0  # prompt tokens served from the GPU cache
     cpu: float = 0.0
     remote: float = 0.0
+    store: float = 0.0  # of ``cpu``, the tokens loaded from the remote KV store
     computed: float = 0.0  # prompt tokens computed
     output: float = 0.0
     itl: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
@@ -106,7 +107,7 @@ class PromptLog:
     the steps' first-time computed prompt tokens; ``within`` cuts any window from them."""
 
     hit_t: NDArray[np.float64]
-    tiers: NDArray[np.int64]  # gpu, cpu, remote tokens per admission
+    tiers: NDArray[np.int64]  # gpu, cpu, remote, store (part of cpu) tokens per admission
     steps: NDArray[np.float64]  # start, duration, prompt tokens computed per step
     open_steps: list[OpenStep]  # still running when the run stopped (at ``end_s``)
     end_s: float | None
@@ -116,7 +117,9 @@ class PromptLog:
         rows = [(s.start_s, s.step_s, s.prompt_computed) for s in rec.steps if s.prompt_computed]
         return cls(
             np.array([h.t_s for h in rec.hits]),
-            np.array([(h.gpu_tokens, h.cpu_tokens, h.remote_tokens) for h in rec.hits]),
+            np.array(
+                [(h.gpu_tokens, h.cpu_tokens, h.remote_tokens, h.store_tokens) for h in rec.hits]
+            ),
             np.array(rows, dtype=np.float64),
             [o for o in rec.open_steps if o.prompt_computed] if rec.end_s is not None else [],
             rec.end_s,
@@ -130,7 +133,9 @@ class PromptLog:
             return out
         if self.hit_t.size:
             sel = (self.hit_t >= w0) & (self.hit_t <= w1)
-            out.gpu, out.cpu, out.remote = (float(x) for x in self.tiers[sel].sum(axis=0))
+            out.gpu, out.cpu, out.remote, out.store = (
+                float(x) for x in self.tiers[sel].sum(axis=0)
+            )
         if self.steps.size:
             a = self.steps
             out.computed = float((a[:, 2] * _overlap_share(a[:, 0], a[:, 1], w0, w1)).sum())

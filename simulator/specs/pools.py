@@ -8,13 +8,14 @@ below the host tier (vLLM ``MooncakeStoreConnector``; ``simulator.cache.remote_t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from simulator.specs import limits
 from simulator.specs.frozen import Spec
 from simulator.specs.hardware import LinkBandwidth, Seconds
+from simulator.specs.limits import at_most
 from simulator.specs.serving import All2AllBackend, LatentPlacement, ServingConfig
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ DEFAULT_STORE_BW_BYTES_PER_S = 50e9
 # Assumption: one metadata round trip to the store's master plus an RDMA read round trip and
 # the connector's completion: ~100 us (no public per-get figure found for Mooncake Store).
 DEFAULT_STORE_LATENCY_S = 1e-4
+MAX_STORE_BYTES = 1e18
 
 
 class KvStore(Spec):
@@ -107,9 +109,11 @@ class KvStore(Spec):
     load: the request waits for bytes / bw + latency + about one step.
     """
 
-    capacity_bytes: PositiveFloat
-    bw_bytes_per_s: PositiveFloat | None = None
-    latency_s: float = Field(default=DEFAULT_STORE_LATENCY_S, ge=0)
+    # bounded as a profile's links are (a 300 s latency left a load in flight at the end and
+    # a bandwidth of 1e-300 B/s stalled a closed loop, both reported as "drains")
+    capacity_bytes: Annotated[PositiveFloat, at_most(MAX_STORE_BYTES, "bytes (an exabyte)")]
+    bw_bytes_per_s: LinkBandwidth | None = None
+    latency_s: Seconds = DEFAULT_STORE_LATENCY_S
 
 
 # Assumption, used when neither the scenario nor the device profile (``scale_out``) gives the

@@ -359,6 +359,14 @@ CORPUS: list[Row] = [
      ["disaggregation.kv_descriptor_s", "exceeds 1"]),
     ("run-link-bw-1e20", run_(disaggregation={**PD, "link_bw_bytes_per_s": 1e20}), "s.yaml",
      ["disaggregation.link_bw_bytes_per_s", "exceeds 1e+14"]),
+    # the remote KV store, bounded as a link: a 300 s latency left a load in flight at the end
+    ("run-store-latency-300", run_(kv_store={"capacity_bytes": 1e12, "latency_s": 300}),
+     "s.yaml", ["kv_store.latency_s", "300 exceeds 1"]),
+    ("run-store-bw-1e-300",
+     run_(kv_store={"capacity_bytes": 1e12, "bw_bytes_per_s": 1e-300}), "s.yaml",
+     ["kv_store.bw_bytes_per_s", "is below 1e+06"]),
+    ("run-store-capacity-1e300", run_(kv_store={"capacity_bytes": 1e300}), "s.yaml",
+     ["kv_store.capacity_bytes", "exceeds 1e+18"]),
     # ---- plan run: values the OS cannot take as a name or path, and a failed field that a
     # later check reads (only its own error: no second line against a default)
     ("run-model-name-5000-chars", run_(model="x" * 5000), "s.yaml", ["model", "unknown model"]),

@@ -142,3 +142,24 @@ def test_scenario_store_serves_sessions_that_change_replica() -> None:
         parts = s.gpu_hit_rate + s.cpu_hit_rate + s.store_hit_rate + s.remote_hit_rate  # type: ignore[attr-defined]
         assert s.prefix_hit_rate == pytest.approx(parts)  # type: ignore[attr-defined]
         assert s.store_hit_rate > 0.0  # type: ignore[attr-defined]
+
+
+def test_a_store_load_still_in_flight_at_the_end_is_not_a_negative_cpu_share() -> None:
+    """The store's tokens were counted at admission, the CPU tier's when the load landed: a
+    load still in flight at the window's end read "57.4% (57.4% + -12.3% + 12.3%)"."""
+    from simulator.simulation import simulate
+    from simulator.specs import Scenario
+
+    fields = {
+        "name": "slow-store", "model": "llama-3.1-8b", "device": "h100",
+        "serving": {"tp": 1, "kv_cache_memory_bytes": 4e9},
+        "workload": {"kind": "agentic", "sessions": 12, "concurrency": 6},
+        "duration_s": 900.0,
+        "kv_store": {"capacity_bytes": 1e12, "latency_s": 1.0, "bw_bytes_per_s": 1e6},
+    }  # fmt: skip
+    s = simulate(Scenario.model_validate(fields)).summary
+    assert s.requests_in_flight_at_end + s.requests_waiting_at_end > 0  # a load never landed
+    assert s.cpu_hit_rate >= 0.0
+    assert s.store_hit_rate >= 0.0
+    parts = s.gpu_hit_rate + s.cpu_hit_rate + s.store_hit_rate + s.remote_hit_rate
+    assert s.prefix_hit_rate == pytest.approx(parts)
