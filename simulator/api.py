@@ -76,13 +76,13 @@ def _check_overrides(overrides: object) -> list[str]:
 
 def _load(kind: type[S], spec: S | str | Path | Mapping[str, Any]) -> tuple[S, str, Path]:
     """The spec, the name errors give its source, and the folder relative paths start in."""
-    from simulator.specs.loading import parse, read_yaml
+    from simulator.specs.loading import parse, read_spec_file
 
     if isinstance(spec, kind):
         return spec, f"({kind.__name__})", Path()
     if isinstance(spec, str | Path):
         path = Path(spec)
-        return parse(kind, read_yaml(path), path), str(path), path.resolve().parent
+        return parse(kind, read_spec_file(path), path), str(path), path.resolve().parent
     if isinstance(spec, Mapping):
         return parse(kind, dict(spec), f"({kind.__name__})"), f"({kind.__name__})", Path()
     raise TypeError(f"expected a {kind.__name__}, a YAML path or a dict, got {type(spec).__name__}")

@@ -322,10 +322,10 @@ def spec_kind(data: Any) -> str | None:
 def read_spec(path: Path) -> Any:
     """``read_yaml`` of a scenario or search-space file; a bare name that is no file but
     names a shipped example says how to run that example (``plan run`` or ``plan search``)."""
-    from simulator.specs.loading import read_yaml
+    from simulator.specs.loading import read_spec_file, read_yaml
 
     try:
-        return read_yaml(path)
+        return read_spec_file(path)
     except SpecError as exc:
         name = path.name.removesuffix(".yaml")
         example = EXAMPLES_DIR / f"{name}.yaml"

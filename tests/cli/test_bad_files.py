@@ -585,6 +585,29 @@ def test_a_search_trace_path_is_relative_to_the_space_file(
     assert written["workload"]["path"] == str(sub / "mc.jsonl")
 
 
+def test_card_and_device_paths_are_relative_to_their_spec_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As its trace path: a relative card or profile path in a scenario or a search space
+    named a file in the current folder ("no such file", or another file read unsaid)."""
+    sub = tmp_path / "specs"
+    card(sub, "my-card.yaml")
+    profile(sub, "my-gpu.yaml")
+    monkeypatch.chdir(tmp_path)  # neither file is here: only the specs' folder has them
+    code, _, stderr = plan(
+        "run", scenario(sub, model="./my-card.yaml", device="my-gpu.yaml"), "--json"
+    )
+    assert code == 0, stderr
+    code, _, stderr = plan(
+        "search", space(sub, model="my-card.yaml", devices=["./my-gpu.yaml"]), "--out", "o",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, stderr
+    written = yaml.safe_load((tmp_path / "o" / "space.yaml").read_text())
+    assert written["model"] == str(sub / "my-card.yaml")
+    assert written["devices"] == [str(sub / "my-gpu.yaml")]
+
+
 # ------------------------------------------------------------------------------ stale cache
 
 
