@@ -23,10 +23,19 @@ def deepseek_moe_layers(cfg: ConfigView, count: int, num_experts: int | None) ->
     """HF DeepseekV3/KimiLinear rule: 0-based layer i is MoE if i >= first_k_dense_replace and
     i % moe_layer_freq == 0."""
     if not num_experts:
+        top_k = cfg.get("num_experts_per_tok", 0)
+        if num_experts == 0 and isinstance(top_k, int) and top_k > 0:  # read as dense unsaid
+            raise cfg.error("n_routed_experts", f"0 routed experts, each token routed to {top_k}")
         return []
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
     freq = cfg.integer("moe_layer_freq", 1, minimum=1)
-    return [i for i in layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
+    moe = [i for i in layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
+    if not moe:
+        raise cfg.error(
+            "first_k_dense_replace", f"{first_dense} (moe_layer_freq {freq}) leaves none of the"
+            f" {count} layers MoE, although there are {num_experts} routed experts",
+        )  # fmt: skip
+    return moe
 
 
 def mla_fields(cfg: ConfigView) -> dict[str, Any]:
@@ -182,10 +191,16 @@ def _read_qwen(cfg: ConfigView, notes: list[str]) -> dict[str, Any]:
     ssm_dtype = cfg.get("mamba_ssm_dtype", "float32")
     if ssm_dtype not in _STATE_DTYPES:
         raise cfg.error("mamba_ssm_dtype", f"unsupported state dtype {ssm_dtype!r}")
+    k_heads, v_heads = cfg.integer("linear_num_key_heads"), cfg.integer("linear_num_value_heads")
+    if v_heads % k_heads:  # each key head serves a group of value heads (vLLM's GDN layer)
+        raise cfg.error(
+            "linear_num_value_heads", f"{v_heads} is not a multiple of linear_num_key_heads"
+            f" {k_heads}",
+        )  # fmt: skip
     linear = {
         "kind": "gdn",
-        "num_k_heads": cfg.integer("linear_num_key_heads"),
-        "num_v_heads": cfg.integer("linear_num_value_heads"),
+        "num_k_heads": k_heads,
+        "num_v_heads": v_heads,
         "head_k_dim": cfg.integer("linear_key_head_dim"),
         "head_v_dim": cfg.integer("linear_value_head_dim"),
         "conv_kernel_size": cfg.integer("linear_conv_kernel_dim"),

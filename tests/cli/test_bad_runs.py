@@ -108,6 +108,14 @@ QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 512, "num_hidden_layers":
              "intermediate_size": 1024, "moe_intermediate_size": 128, "num_experts": 8,
              "num_experts_per_tok": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
              "torch_dtype": "bfloat16"}  # fmt: skip
+QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 512, "num_hidden_layers": 4,
+              "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+              "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+              "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+              "linear_conv_kernel_dim": 4, "num_experts": 8, "num_experts_per_tok": 2,
+              "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
+              "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 4096,
+              "torch_dtype": "bfloat16"}  # fmt: skip
 DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 512, "num_hidden_layers": 4,
                "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 1024,
                "moe_intermediate_size": 128, "n_routed_experts": 8, "n_shared_experts": 1,
@@ -331,6 +339,15 @@ CORPUS: list[Row] = [
     ("models-deepseek-first-dense-negative",
      hf_config(**{**DEEPSEEK_V3, "first_k_dense_replace": -1}), "config.json",
      ["first_k_dense_replace", "at least 0, got -1"]),
+    # a MoE config turned dense without a word (its memory read 5.3 instead of ~80 GiB/GPU)
+    ("models-deepseek-zero-experts", hf_config(**{**DEEPSEEK_V3, "n_routed_experts": 0}),
+     "config.json", ["n_routed_experts", "0 routed experts, each token routed to 2"]),
+    ("models-deepseek-first-dense-past-layers",
+     hf_config(**{**DEEPSEEK_V3, "first_k_dense_replace": 100}), "config.json",
+     ["first_k_dense_replace", "100 (moe_layer_freq 1) leaves none of the 4 layers MoE"]),
+    ("models-qwen3-next-value-heads-not-grouped",
+     hf_config(**{**QWEN3_NEXT, "linear_num_value_heads": 33}), "config.json",
+     ["linear_num_value_heads", "33 is not a multiple of linear_num_key_heads 16"]),
     # ---- plan size
     # '' named the current folder, and a JSON file there was read as the trace
     ("size-workload-empty", lambda t: [*SIZE, "--workload", ""], "(arguments)",
