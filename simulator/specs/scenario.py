@@ -179,6 +179,23 @@ class TraceWorkload(_Replay):
     skip_bad: bool = False
     limit: PositiveInt | None = None
 
+    @model_validator(mode="after")
+    def _options_of_the_mode(self) -> Self:
+        """Each mode's own options only: given to another mode they did nothing, unsaid."""
+        looped = self.concurrency is not None or self.session_rate_per_s is not None
+        if looped and self.time_scale != 1.0:
+            raise ValueError(
+                "time_scale scales the trace's timestamps in an open-loop replay; with"
+                " concurrency or session_rate_per_s turns follow completions: drop one"
+            )
+        if not looped and (self.think_time_scale != 1.0 or self.think_time_cap_s is not None):
+            raise ValueError(
+                "think_time_scale / think_time_cap_s: an open-loop replay keeps the trace's"
+                " own times (no think time is simulated); give concurrency or"
+                " session_rate_per_s, or drop them"
+            )
+        return self
+
 
 class AgenticWorkload(_Generated):
     """Built-in agentic-coding sessions (parameters fitted to the 710 WEKA Claude Code traces;

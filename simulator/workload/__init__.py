@@ -190,6 +190,15 @@ def build_replay(
     ``max_model_len``: requests whose prompt + max_tokens exceed it are refused by the replay
     (vLLM's HTTP 400) up to ``horizon_s``; see :mod:`simulator.workload.replay`."""
     source = source_for_spec(spec, seed, base_dir)
+    if (
+        isinstance(spec, TraceWorkload)
+        and not source.has_sessions
+        and (spec.think_time_scale != 1.0 or spec.think_time_cap_s is not None)
+    ):
+        raise SpecError(
+            spec.path, "(format)", f"a {source.kind} trace holds one request a session and no"
+            " think times: think_time_scale / think_time_cap_s do nothing; drop them",
+        )  # fmt: skip
     mode: ReplayMode
     if isinstance(spec, RandomPromptWorkload):
         if spec.concurrency is not None:
