@@ -187,7 +187,7 @@ class SearchSpace(Spec):
     def _warmup_inside_duration(cls, warmup_s: float, info: ValidationInfo) -> float:
         from simulator.specs.scenario import warmup_inside_duration
 
-        return warmup_inside_duration(warmup_s, info)
+        return warmup_inside_duration(warmup_s, info, cls.model_fields["warmup_s"].default)
 
     @field_validator("workload")
     @classmethod

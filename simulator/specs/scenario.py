@@ -30,11 +30,15 @@ Tokens = Annotated[
 ]
 
 
-def warmup_inside_duration(warmup_s: float, info: ValidationInfo) -> float:
-    """A ``warmup_s`` validator: the warm-up must leave some of ``duration_s`` to measure."""
+def warmup_inside_duration(
+    warmup_s: float, info: ValidationInfo, default: float | None = None
+) -> float:
+    """A ``warmup_s`` validator: the warm-up must leave some of ``duration_s`` to measure
+    (``default``: the field's, said when it is the one that does not)."""
     duration_s = info.data.get("duration_s")
     if duration_s is not None and warmup_s >= duration_s:
-        raise ValueError(f"{warmup_s:g} s leaves nothing of duration_s {duration_s:g} s")
+        was = " (the default: give a smaller warmup_s)" if warmup_s == default else ""
+        raise ValueError(f"{warmup_s:g} s{was} leaves nothing of duration_s {duration_s:g} s")
     return warmup_s
 
 

@@ -483,6 +483,11 @@ CORPUS: list[Row] = [
     ("run-format-unknown", lambda t: [*run_()(t), "--format", "xml"], "(arguments)",
      ["format", "unknown format 'xml'"]),
     # ---- plan search
+    # the default warm-up was blamed as if the file gave it
+    ("search-default-warmup-past-duration",
+     lambda t: ["search", _yaml(t, "space.yaml", {k: v for k, v in SPACE.items()
+                                                  if k != "warmup_s"}), "--out", str(t / "o")],
+     "space.yaml", ["warmup_s: 600 s (the default: give a smaller warmup_s) leaves nothing"]),
     ("search-set-unknown-field", lambda t: [*search_()(t), "--set", "sweep.tpp=[1]"],
      "(arguments)", ["sweep.tpp", "unknown field"]),
     ("search-set-offload-nan",
