@@ -714,9 +714,9 @@ CORPUS: list[Row] = [
      "mooncake.jsonl", ["line 1", "hash_ids", "[0, 2^63 - 1]"]),
     ("stats-agentic-out-1e30", stats_(agentic_trace(out=10**30)), "trace.jsonl",
      ["line 1", "requests[0].out: ~1e30 tokens exceeds 10,000,000"]),
-    ("stats-agentic-hash-2-70", stats_(agentic_trace(hash_ids=[2**70] + list(range(9)))),
+    ("stats-agentic-hash-2-70", stats_(agentic_trace(hash_ids=[2**70, *range(9)])),
      "trace.jsonl", ["line 1", "bad element 1180591620717411303424", "[0, 2^63 - 1]"]),
-    ("stats-agentic-hash-2-63", stats_(agentic_trace(hash_ids=[2**63] + list(range(9)))),
+    ("stats-agentic-hash-2-63", stats_(agentic_trace(hash_ids=[2**63, *range(9)])),
      "trace.jsonl", ["line 1", "bad element 9223372036854775808"]),
     # 6.4e13 tokens in a few bytes of run-encoded ids asked for 7 TiB of block ids
     ("stats-agentic-ranges-in-6e13",
