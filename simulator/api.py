@@ -76,7 +76,8 @@ def _check_overrides(overrides: object) -> list[str]:
 
 def _load(kind: type[S], spec: S | str | Path | Mapping[str, Any]) -> tuple[S, str, Path]:
     """The spec, the name errors give its source, and the folder relative paths start in."""
-    from simulator.specs.loading import parse, read_spec_file
+    from simulator.specs.loading import parse
+    from simulator.specs.spec_file import read_spec_file
 
     if isinstance(spec, kind):
         return spec, f"({kind.__name__})", Path()

@@ -322,7 +322,8 @@ def spec_kind(data: Any) -> str | None:
 def read_spec(path: Path) -> Any:
     """``read_yaml`` of a scenario or search-space file; a bare name that is no file but
     names a shipped example says how to run that example (``plan run`` or ``plan search``)."""
-    from simulator.specs.loading import read_spec_file, read_yaml
+    from simulator.specs.loading import read_yaml
+    from simulator.specs.spec_file import read_spec_file
 
     try:
         return read_spec_file(path)

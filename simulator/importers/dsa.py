@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.importers.config_view import ConfigView
-from simulator.importers.families import deepseek_moe_layers, layer_range, mla_fields
+from simulator.importers.deepseek_parts import deepseek_moe_layers, layer_range, mla_fields
 from simulator.specs.model import LayerKind, ModuleGroup
 
 Config = ConfigView

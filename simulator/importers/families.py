@@ -1,7 +1,8 @@
 """The family readers of ``simulator/model_import.py``: one function per architecture family
 that turns a config.json (``ConfigView``) into the card fields of its layers, attention,
 linear attention and MoE. The newer families live in their own modules beside this one
-(registered with these in ``simulator/model_import.py``), sharing the helpers here."""
+(registered with these in ``simulator/model_import.py``); the DeepSeek-style helpers they
+share are in ``deepseek_parts.py``."""
 
 from __future__ import annotations
 
@@ -9,45 +10,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simulator.importers.config_view import ConfigView
+from simulator.importers.deepseek_parts import deepseek_moe_layers, layer_range, mla_fields
 from simulator.specs.model import LayerKind, QKNorm
 from simulator.specs.precision import StateDtype
 
 _STATE_DTYPES: dict[str, StateDtype] = {"float32": "fp32", "bfloat16": "bf16"}
-
-
-def layer_range(count: int) -> list[int]:
-    return list(range(1, count + 1))
-
-
-def deepseek_moe_layers(cfg: ConfigView, count: int, num_experts: int | None) -> list[int]:
-    """HF DeepseekV3/KimiLinear rule: 0-based layer i is MoE if i >= first_k_dense_replace and
-    i % moe_layer_freq == 0."""
-    if not num_experts:
-        top_k = cfg.get("num_experts_per_tok", 0)
-        if num_experts == 0 and isinstance(top_k, int) and top_k > 0:  # read as dense unsaid
-            raise cfg.error("n_routed_experts", f"0 routed experts, each token routed to {top_k}")
-        return []
-    first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
-    freq = cfg.integer("moe_layer_freq", 1, minimum=1)
-    moe = [i for i in layer_range(count) if i - 1 >= first_dense and (i - 1) % freq == 0]
-    if not moe:
-        raise cfg.error(
-            "first_k_dense_replace", f"{first_dense} (moe_layer_freq {freq}) leaves none of the"
-            f" {count} layers MoE, although there are {num_experts} routed experts",
-        )  # fmt: skip
-    return moe
-
-
-def mla_fields(cfg: ConfigView) -> dict[str, Any]:
-    return {
-        "num_heads": cfg.integer("num_attention_heads"),
-        "q_lora_rank": cfg.optional_int("q_lora_rank"),
-        "kv_lora_rank": cfg.integer("kv_lora_rank"),
-        "qk_nope_head_dim": cfg.integer("qk_nope_head_dim"),
-        "qk_rope_head_dim": cfg.integer("qk_rope_head_dim"),
-        "v_head_dim": cfg.integer("v_head_dim"),
-        "output_gate": cfg.boolean("mla_use_output_gate", False),
-    }
 
 
 def _dense_size(cfg: ConfigView, moe_layers: list[int], count: int, key: str) -> int | None:

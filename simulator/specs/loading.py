@@ -396,31 +396,6 @@ def parse(cls: type[M], data: Any, file: str | Path, prefix: str = "") -> M:
         raise first_error(exc, file, prefix) from None
 
 
-def read_spec_file(path: str | Path) -> Any:
-    """A scenario or search-space file's YAML, its card and device paths (``model``,
-    ``device``, ``devices``: a name ending in .yaml / .yml or holding a ``/``) made absolute
-    against the file's folder, as its trace path is: a relative one named a file in the
-    current folder (another file of the same name there was read without a word)."""
-    p = Path(path)
-    data = read_yaml(p)
-    if not isinstance(data, dict):
-        return data
-
-    def resolved(ref: Any) -> Any:
-        if not isinstance(ref, str) or not (ref.endswith((".yaml", ".yml")) or "/" in ref):
-            return ref
-        q = Path(ref).expanduser()
-        return str(q if q.is_absolute() else p.resolve().parent / q)
-
-    out = dict(data)
-    for key in ("model", "device"):
-        if key in out:
-            out[key] = resolved(out[key])
-    if isinstance(out.get("devices"), list):
-        out["devices"] = [resolved(d) for d in out["devices"]]
-    return out
-
-
 def load(cls: type[M], path: str | Path) -> M:
     """Load and validate one YAML file as ``cls``."""
     return parse(cls, read_yaml(path), path)
