@@ -14,6 +14,10 @@ values of its continuous coordinates (tokens, context, bytes, ...), all in log s
   one, must agree. A kernel switch is a step that persists to the next point, and a slow
   row (every n of one m) is smooth along n and k: both are kept. docs/measured.md has the
   counts.
+* Where vLLM runs one kernel configuration for every coordinate up to a limit
+  (``same_kernel``: per-tensor FP8 GEMMs at m <= 16), a cell is lowered to the fastest
+  cell above it up to the limit (a reverse running minimum): the same work cannot cost
+  more at fewer rows, so a slower cell there is the collection's, not the kernel's.
 * Then, along axes where one kernel does more work (``monotone``: attention over more keys or
   requests, collectives over more bytes), the cells are replaced by their least-squares
   non-decreasing fit in log space (pool adjacent violators, line by line): a later point
@@ -55,6 +59,7 @@ class Grid:
         seconds: Array,
         baseline: Baseline,
         monotone: Sequence[str] = (),
+        same_kernel: Sequence[tuple[str, float]] = (),
     ) -> None:
         pts = np.asarray(coords, dtype=np.float64).reshape(len(seconds), len(names))
         t = np.asarray(seconds, dtype=np.float64)
@@ -78,6 +83,13 @@ class Grid:
         self.measured = ~np.isnan(log_t.reshape(shape))
         despiked, self.despiked = _despike(log_t.reshape(shape), self.measured, self.axes)
         self.log_t = _fill(despiked, self._cell_baseline(shape))
+        for name, limit in same_kernel:  # one kernel up to ``limit``: fewer rows cost no more
+            j = self.names.index(name)
+            upto = int(np.searchsorted(self.values_per_axis[j], limit, side="right"))
+            if upto > 1:
+                lines = np.moveaxis(self.log_t, j, -1)  # a view: written through
+                head = lines[..., :upto]
+                lines[..., :upto] = np.minimum.accumulate(head[..., ::-1], axis=-1)[..., ::-1]
         for name in monotone:
             self.log_t = np.apply_along_axis(_isotonic, self.names.index(name), self.log_t)
         for name in monotone:  # one axis's fit can undo another's by a little

@@ -14,12 +14,18 @@ class KindSpec:
     family: tuple[str, ...]
     axes: tuple[str, ...]
     monotone: tuple[str, ...]  # axes along which the kernel's latency cannot fall
+    # (family column, its value, axis, limit): where vLLM runs one kernel configuration for
+    # every coordinate up to ``limit``, a cell costs at most the next one along the axis
+    same_kernel: tuple[tuple[str, str, str, float], ...] = ()
 
 
 KINDS: dict[str, KindSpec] = {
     # GEMM, BMM and MoE kernels change tiles / kernels with the token count, and the tables
-    # show it (FP8 at m = 1 on Blackwell is slower than at m = 8): no monotone enforcement
-    "gemm": KindSpec(("dtype",), ("m", "n", "k"), ()),
+    # show it: no monotone enforcement. Except per-tensor FP8 at m <= 16, one CUTLASS
+    # configuration in vLLM's SM90 and SM100 dispatch (``sm100_fp8_config_M16_swap_ab``,
+    # ``scaled_mm_sm100_fp8_dispatch.cuh``): the tables' m = 1 rows read ~3x m = 2 on
+    # Blackwell for the same work (docs/measured.md)
+    "gemm": KindSpec(("dtype",), ("m", "n", "k"), (), (("dtype", "fp8", "m", 16.0),)),
     "bmm": KindSpec(("which",), ("num_tokens", "num_heads"), ()),
     "moe": KindSpec(
         ("dtype", "hidden", "inter", "topk", "num_experts", "tp", "ep", "distribution"),

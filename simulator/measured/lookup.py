@@ -187,7 +187,9 @@ class KindModel:
         self.rows = len(frame)
         grids: dict[Family, Grid] = {}
         for fam, coords, seconds, _ in by_family(frame, spec.family, spec.axes):
-            grids[fam] = Grid(spec.axes, coords, seconds, self._bind(fam), spec.monotone)
+            values = dict(zip(spec.family, fam, strict=True))
+            same = [(a, lim) for col, v, a, lim in spec.same_kernel if values.get(col) == v]
+            grids[fam] = Grid(spec.axes, coords, seconds, self._bind(fam), spec.monotone, same)
         self.grids: Mapping[Family, Grid] = grids
 
     def _bind(self, family: Family) -> FamilyBaseline:

@@ -71,6 +71,22 @@ def test_monotone_enforcement_is_the_least_squares_monotone_fit() -> None:
     assert np.allclose(np.exp(mono.log_t), [15**0.5, 15**0.5, 6.0, 7.0])
 
 
+def test_one_kernel_up_to_a_limit_costs_no_more_at_fewer_rows() -> None:
+    """Per-tensor FP8 at m <= 16 is one CUTLASS configuration in vLLM: a slow m = 1 row
+    (Blackwell's read ~3x m = 2) is lowered to the fastest cell above it up to the limit;
+    past the limit (another kernel) and along the other axis nothing moves."""
+    m = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    pts = np.array([[a, n] for a in m for n in (1024.0, 4096.0)])
+    row = np.array([21.0, 7.3, 7.9, 6.9, 7.2, 4.0])  # 32: a faster kernel, kept as is
+    t = np.concatenate([[v, 2 * v] for v in row])
+    grid = Grid(("m", "n"), pts, t, lambda p: np.zeros(len(p)), same_kernel=[("m", 16.0)])
+    want = np.array([6.9, 6.9, 6.9, 6.9, 7.2, 4.0])
+    assert np.allclose(np.exp(grid.log_t[:, 0]), want)
+    assert np.allclose(np.exp(grid.log_t[:, 1]), 2 * want)
+    plain = Grid(("m", "n"), pts, t, lambda p: np.zeros(len(p)))
+    assert np.allclose(np.exp(plain.log_t[:, 0]), row)
+
+
 def test_monotone_fit_pools_a_long_falling_run() -> None:
     pts = np.array([[1.0], [2.0], [4.0], [8.0], [16.0]])
     t = np.array([4.0, 5.0, 4.0, 3.2, 16.0])  # no spike: 5 is only 1.25x above its line
