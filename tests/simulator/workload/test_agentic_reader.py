@@ -12,7 +12,8 @@ import pytest
 
 from simulator.specs.loading import SpecError
 from simulator.workload import trace_source
-from simulator.workload.agentic import common_blocks, expand_runs, maximal_runs, parse_trace
+from simulator.workload.agentic import parse_trace
+from simulator.workload.id_runs import common_blocks, expand_runs, maximal_runs
 from simulator.workload.request import SubagentGroup, Turn, chain, content_keys, scope_key
 
 
