@@ -103,11 +103,15 @@ HANG_S = 60  # a command that blocks (a FIFO opened) fails instead of hanging th
 
 @pytest.fixture
 def no_hang() -> Iterator[None]:
+    """Fail a test (or a table row) that blocks past HANG_S instead of hanging the suite."""
+
     def alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {HANG_S} s (a FIFO opened?)")
+        raise TimeoutError(f"no answer within {HANG_S} s (an input that hangs: a FIFO opened?)")
 
     old = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(HANG_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -33,7 +33,6 @@ from tests.cli.test_bad_numbers import (
     plan,
     predict_,
     profile_,
-    row_deadline,
     run_,
     run_trace,
     search_,
@@ -41,8 +40,6 @@ from tests.cli.test_bad_numbers import (
     stats_,
     weka,
 )
-
-__all__ = ["row_deadline"]  # the fixture, imported for the corpus test
 
 MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -450,7 +447,7 @@ def test_bad_run_is_one_line_and_exit_2(
     file: str,
     needles: list[str],
     tmp_path: Path,
-    row_deadline: None,
+    no_hang: None,
 ) -> None:
     assert_refused(*plan(*build(tmp_path)), file, needles)
 

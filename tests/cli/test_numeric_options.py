@@ -14,10 +14,8 @@ import pytest
 import typer.main
 
 from simulator.cli import app
-from tests.cli.test_bad_numbers import SCENARIO, SPACE, _yaml, plan, row_deadline
+from tests.cli.test_bad_numbers import SCENARIO, SPACE, _yaml, plan
 from tests.conftest import SHARED_DATA
-
-__all__ = ["row_deadline"]  # the fixture, imported for the sweep
 
 BAD = ("-1", "0", "nan", "1e12", "abc")
 
@@ -70,7 +68,7 @@ def test_the_sweep_covers_the_numeric_options() -> None:
 @pytest.mark.parametrize(("path", "flag", "value"), CASES,
                          ids=[f"{' '.join(p)} {f} {v}" for p, f, v in CASES])  # fmt: skip
 def test_a_bad_number_runs_or_is_one_line(
-    path: tuple[str, ...], flag: str, value: str, tmp_path: Path, row_deadline: None
+    path: tuple[str, ...], flag: str, value: str, tmp_path: Path, no_hang: None
 ) -> None:
     if path in NEEDS_SHARED and not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
